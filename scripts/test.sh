@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Create .venv if missing, install slime with its CPU stack (torch 2.13.0 first), run the test suite.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -k kl`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/venv.sh
+ensure_venv
+exec python -m pytest "${@:-tests}"

@@ -1,0 +1,41 @@
+"""Packaging for slime. Heavy stacks are extras so a laptop can install only what it runs."""
+
+from setuptools import find_packages, setup
+
+EXTRAS = {
+    # The CPU build of torch that CI and laptops use; GPU clusters bring their own CUDA torch.
+    "cpu": ["torch==2.13.0"],
+    "megatron": ["megatron-core>=0.16"],
+    # Client side of SGLang: the router runs anywhere; sglang itself only on GPU nodes.
+    "router": ["sglang-router>=0.3.2"],
+    "sglang": ["sglang-router>=0.3.2", "sglang"],
+    "logging": ["wandb", "tensorboard"],
+    "dev": ["pytest>=8", "pytest-timeout"],
+}
+EXTRAS["all-cpu"] = sorted({d for k in ("cpu", "megatron", "router", "dev") for d in EXTRAS[k]})
+
+setup(
+    name="slime",
+    version="0.1.0",
+    description="RL post-training framework for large language models, mixture-of-experts first",
+    packages=find_packages(include=["slime", "slime.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.6",
+        "numpy",
+        "transformers>=4.51",
+        "tokenizers",
+        "safetensors",
+        "ray[default]>=2.40",
+        "aiohttp",
+        "requests",
+        "fastapi",
+        "uvicorn",
+        "pyarrow",
+        "sympy",
+        "matplotlib",
+        "tqdm",
+        "pyyaml",
+    ],
+    extras_require=EXTRAS,
+)

@@ -1,0 +1,1 @@
+"""Backends: the Megatron trainer, the SGLang launcher and the local SGLang-compatible engine."""

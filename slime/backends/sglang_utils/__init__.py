@@ -1,0 +1,1 @@
+"""Launching real SGLang servers on GPUs and building their arguments."""

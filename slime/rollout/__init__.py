@@ -1,0 +1,1 @@
+"""Rollout side: data sources, rollout and eval functions, reward hub, dynamic filters."""

@@ -1,0 +1,1 @@
+"""Dynamic sampling filters and their output type."""

@@ -1,0 +1,1 @@
+"""Framework-wide utilities: arguments, Sample, RL math, data loading, logging, misc."""
