@@ -1,0 +1,137 @@
+"""Metric sinks: every metric dict goes to a JSONL file, and to wandb / tensorboard when asked.
+
+Metrics are flat `dict[str, float]` with namespaced keys (`rollout/`, `train/`, `eval/`, `perf/`)
+and one `step` (the rollout id). wandb and tensorboard are imported only here and only when their
+flag is set; a missing package fails at start-up with an install hint. The wandb key is handed to
+wandb through its login call and never logged or printed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """What the sinks need from the arguments (logging domain)."""
+
+    metrics_dir: str | None = None
+    use_wandb: bool = False
+    wandb_mode: str | None = None
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+    wandb_key: str | None = None
+    wandb_dir: str | None = None
+    use_tensorboard: bool = False
+    tb_project_name: str | None = None
+    tb_experiment_name: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "SinkConfig":
+        return cls(**{f: getattr(args, f, None) for f in cls.__dataclass_fields__})
+
+    def __repr__(self) -> str:  # never show the key
+        shown = {k: v for k, v in self.__dict__.items() if k != "wandb_key"}
+        return f"SinkConfig({shown}, wandb_key={'<set>' if self.wandb_key else None})"
+
+
+def _clean(metrics: dict) -> dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        value = float(value.item() if hasattr(value, "item") else value)
+        out[key] = value if math.isfinite(value) else None
+    return out
+
+
+class JsonlSink:
+    """Appends one JSON object per `log` call: {"rollout_id": step, **metrics}."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"rollout_id": step, **metrics}, sort_keys=True) + "\n")
+
+    def close(self) -> None:
+        pass
+
+
+def _require(module: str, flag: str, package: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise RuntimeError(f"{flag} needs the '{package}' package: pip install {package}  (or pip install -e .[logging])") from e
+
+
+class WandbSink:
+    """Logs to wandb; `--wandb-mode offline` works without network."""
+
+    def __init__(self, cfg: SinkConfig):
+        wandb = _require("wandb", "--use-wandb", "wandb")
+        if cfg.wandb_key and (cfg.wandb_mode or "online") == "online":
+            wandb.login(key=cfg.wandb_key, relogin=True)
+        self.run = wandb.init(
+            project=cfg.wandb_project or "slime",
+            group=cfg.wandb_group,
+            mode=cfg.wandb_mode or "online",
+            dir=cfg.wandb_dir,
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TensorboardSink:
+    """Writes scalars under `$TENSORBOARD_DIR` or `<metrics dir>/tensorboard/<project>/<experiment>`."""
+
+    def __init__(self, cfg: SinkConfig, root: Path):
+        tb = _require("torch.utils.tensorboard", "--use-tensorboard", "tensorboard")
+        logdir = Path(os.environ.get("TENSORBOARD_DIR", root / "tensorboard"))
+        logdir = logdir / (cfg.tb_project_name or "slime") / (cfg.tb_experiment_name or "run")
+        self.writer = tb.SummaryWriter(log_dir=str(logdir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if value is not None:
+                self.writer.add_scalar(key, value, global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class MetricsLogger:
+    """Fans one metrics dict out to every configured sink. JSONL is always on."""
+
+    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest"):
+        root = Path(cfg.metrics_dir or default_dir)
+        self.jsonl_path = root / "metrics.jsonl"
+        self.sinks = [JsonlSink(self.jsonl_path)]
+        if cfg.use_wandb:
+            self.sinks.append(WandbSink(cfg))
+        if cfg.use_tensorboard:
+            self.sinks.append(TensorboardSink(cfg, root))
+        logger.info("metrics go to %s (%s)", self.jsonl_path, ", ".join(type(s).__name__ for s in self.sinks))
+
+    def log(self, step: int, metrics: dict) -> None:
+        clean = _clean(metrics)
+        for sink in self.sinks:
+            sink.log(step, clean)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,43 @@
+"""Metric sinks: JSONL content, non-finite values, the secret key, missing optional packages."""
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+
+
+def test_jsonl_one_object_per_rollout(tmp_path):
+    log = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))
+    log.log(0, {"rollout/raw_reward": 0.25, "train/loss": torch.tensor(1.5)})
+    log.log(1, {"rollout/raw_reward": 0.75, "train/grad_norm": float("nan")})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [
+        {"rollout_id": 0, "rollout/raw_reward": 0.25, "train/loss": 1.5},
+        {"rollout_id": 1, "rollout/raw_reward": 0.75, "train/grad_norm": None},
+    ]
+
+
+def test_config_from_args_hides_key():
+    args = SimpleNamespace(use_wandb=True, wandb_key="very-secret", wandb_project="p")
+    cfg = SinkConfig.from_args(args)
+    assert cfg.wandb_project == "p" and cfg.wandb_key == "very-secret"
+    assert "very-secret" not in repr(cfg)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb installed")
+def test_missing_wandb_fails_with_install_hint(tmp_path):
+    with pytest.raises(RuntimeError, match="--use-wandb needs the 'wandb' package: pip install wandb"):
+        MetricsLogger(SinkConfig(metrics_dir=str(tmp_path), use_wandb=True))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed")
+def test_tensorboard_writes_events(tmp_path, monkeypatch):
+    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    log = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path), use_tensorboard=True, tb_project_name="p"))
+    log.log(3, {"train/loss": 0.5})
+    log.close()
+    assert list((tmp_path / "tensorboard" / "p" / "run").glob("events.out.tfevents.*"))
