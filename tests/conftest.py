@@ -1,0 +1,49 @@
+"""Shared pytest fixtures: the repository root, tiny Qwen3 checkpoints and the toy task data.
+
+The checkpoints and data are built once per session by the functions in tools/make_tiny_model.py
+and tools/make_toy_data.py (loaded by file path: tools/ is not a package). Treat the returned
+folders as read-only; copy them before changing anything.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_tool(name: str):
+    """Import tools/<name>.py by path and return the module."""
+    path = REPO_ROOT / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"slime_tools_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """Path of the repository root."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_hf(tmp_path_factory) -> Path:
+    """Path of a tiny Qwen3MoeForCausalLM Hugging Face checkpoint (seed 0), made once a session."""
+    out = tmp_path_factory.mktemp("tiny_moe_hf")
+    return load_tool("make_tiny_model").make_tiny_model(out, variant="moe", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_dense_hf(tmp_path_factory) -> Path:
+    """Path of a tiny dense Qwen3ForCausalLM Hugging Face checkpoint (seed 0), made once a session."""
+    out = tmp_path_factory.mktemp("tiny_dense_hf")
+    return load_tool("make_tiny_model").make_tiny_model(out, variant="dense", seed=0)
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """Path of a folder with the toy task's train.jsonl (256 rows) and eval.jsonl (held-out prompts)."""
+    out = tmp_path_factory.mktemp("toy_data")
+    return load_tool("make_toy_data").make_toy_data(out, seed=0, num_train=256)

@@ -1,0 +1,263 @@
+"""Tiny Qwen3 checkpoints for tests and CPU runs, built locally with no download.
+
+Owns the toy-size Qwen3-MoE (`Qwen3MoeForCausalLM`, the Qwen3-30B-A3B structure) and dense
+Qwen3 (`Qwen3ForCausalLM`) configurations, a character-level tokenizer with Qwen's special tokens
+and chat template, and deterministic weight initialisation: the same seed gives the same bytes.
+
+The checkpoint folder holds config.json, model.safetensors (Hugging Face parameter names, one
+tensor per expert as in the released Qwen3-MoE checkpoints), tokenizer.json,
+tokenizer_config.json, special_tokens_map.json and generation_config.json.
+
+Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense] [--seed 0]
+"""
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# Characters the tokenizer knows, one token each: digits first so they have small stable ids.
+CHARACTERS = (
+    "0123456789"
+    "abcdefghijklmnopqrstuvwxyz"
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    " \n\t"
+    "+-*/=?.,:;!()[]{}<>'\"_\\|#$%^&~`@"
+)
+UNK_TOKEN = "<unk>"
+# Qwen's special tokens, in Qwen's order: <|endoftext|> pads, <|im_end|> ends a turn (eos).
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Qwen3 registers the thinking tags as added tokens that are not "special" (they stay in text).
+THINK_TOKENS = ("<think>", "</think>")
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|endoftext|>", "<|im_end|>"
+# Embedding rows; the tokenizer uses fewer ids, like Qwen (151936 rows, ~151665 tokens).
+# 128 divides by Megatron's default vocab padding unit, so no padding is ever needed.
+VOCAB_SIZE = 128
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+# Model shapes per variant; values are the Hugging Face config names.
+_COMMON_CONFIG = {
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_act": "silu",
+    "max_position_embeddings": 512,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "rope_scaling": None,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
+    "use_cache": True,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 2,
+    "torch_dtype": "float32",
+}
+_VARIANT_CONFIG = {
+    "moe": {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.001,
+    },
+    "dense": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+    },
+}
+
+
+def token_ids() -> dict[str, int]:
+    """Return the tokenizer's token -> id map: characters, then <unk>, then special tokens."""
+    tokens = list(CHARACTERS) + [UNK_TOKEN] + list(SPECIAL_TOKENS) + list(THINK_TOKENS)
+    if len(set(tokens)) != len(tokens) or len(tokens) > VOCAB_SIZE:
+        raise ValueError(f"tiny tokenizer: {len(tokens)} tokens, duplicates or more than {VOCAB_SIZE}")
+    return {tok: i for i, tok in enumerate(tokens)}
+
+
+def model_config(variant: str) -> dict:
+    """Return the config.json dict of a tiny variant ("moe" or "dense"), keys sorted."""
+    if variant not in _VARIANT_CONFIG:
+        raise ValueError(f"--variant {variant!r}: expected one of {sorted(_VARIANT_CONFIG)}")
+    ids = token_ids()
+    config = {**_COMMON_CONFIG, **_VARIANT_CONFIG[variant]}
+    config.update(bos_token_id=ids[BOS_TOKEN], eos_token_id=ids[EOS_TOKEN], pad_token_id=ids[PAD_TOKEN])
+    return dict(sorted(config.items()))
+
+
+def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Return {Hugging Face parameter name: shape} for a tiny config, in a fixed order."""
+    hidden, vocab, head_dim = config["hidden_size"], config["vocab_size"], config["head_dim"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+    shapes = {"model.embed_tokens.weight": (vocab, hidden)}
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (q_out, hidden),
+            p + "self_attn.k_proj.weight": (kv_out, hidden),
+            p + "self_attn.v_proj.weight": (kv_out, hidden),
+            p + "self_attn.o_proj.weight": (hidden, q_out),
+            p + "self_attn.q_norm.weight": (head_dim,),
+            p + "self_attn.k_norm.weight": (head_dim,),
+        })
+        shapes.update(_mlp_shapes(config, p + "mlp."))
+    shapes["model.norm.weight"] = (hidden,)
+    shapes["lm_head.weight"] = (vocab, hidden)
+    return shapes
+
+
+def _mlp_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Shapes of one layer's MLP: a router plus one SwiGLU per expert (MoE), or one SwiGLU."""
+    hidden = config["hidden_size"]
+    if "num_experts" not in config:
+        inter = config["intermediate_size"]
+        return {
+            prefix + "gate_proj.weight": (inter, hidden),
+            prefix + "up_proj.weight": (inter, hidden),
+            prefix + "down_proj.weight": (hidden, inter),
+        }
+    inter = config["moe_intermediate_size"]
+    shapes = {prefix + "gate.weight": (config["num_experts"], hidden)}
+    for e in range(config["num_experts"]):
+        shapes.update({
+            f"{prefix}experts.{e}.gate_proj.weight": (inter, hidden),
+            f"{prefix}experts.{e}.up_proj.weight": (inter, hidden),
+            f"{prefix}experts.{e}.down_proj.weight": (hidden, inter),
+        })
+    return shapes
+
+
+def init_weights(config: dict, seed: int) -> dict:
+    """Return {name: float32 tensor}: norms are ones, every matrix ~ N(0, initializer_range).
+
+    One torch.Generator seeded with `seed` draws the matrices in `parameter_shapes` order, so the
+    result depends only on (config, seed). Small weights keep a random model's next-token
+    distribution close to uniform.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    std = config["initializer_range"]
+    tensors = {}
+    for name, shape in parameter_shapes(config).items():
+        if len(shape) == 1:
+            tensors[name] = torch.ones(shape, dtype=torch.float32)
+        else:
+            tensors[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
+    return tensors
+
+
+def build_tokenizer():
+    """Return a `tokenizers.Tokenizer`: one token per character, Qwen special tokens added."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    ids = token_ids()
+    base = {tok: i for tok, i in ids.items() if tok not in SPECIAL_TOKENS + THINK_TOKENS}
+    tokenizer = Tokenizer(models.WordLevel(vocab=base, unk_token=UNK_TOKEN))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    # Added in id order so each keeps the id token_ids() gave it.
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    for tok, i in ids.items():
+        if tokenizer.token_to_id(tok) != i:
+            raise RuntimeError(f"tiny tokenizer: {tok!r} got id {tokenizer.token_to_id(tok)}, expected {i}")
+    return tokenizer
+
+
+def tokenizer_files(config: dict) -> dict[str, dict]:
+    """Return the JSON side files: tokenizer_config, special_tokens_map, generation_config."""
+    special = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "unk_token": UNK_TOKEN}
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": CHAT_TEMPLATE,
+        "additional_special_tokens": list(SPECIAL_TOKENS[1:]),
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": config["max_position_embeddings"],
+        "split_special_tokens": False,
+        **special,
+    }
+    generation_config = {
+        "bos_token_id": config["bos_token_id"],
+        "eos_token_id": [config["eos_token_id"], config["pad_token_id"]],
+        "pad_token_id": config["pad_token_id"],
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+    }
+    return {
+        "tokenizer_config.json": tokenizer_config,
+        "special_tokens_map.json": {**special, "additional_special_tokens": list(SPECIAL_TOKENS[1:])},
+        "generation_config.json": generation_config,
+    }
+
+
+def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0) -> Path:
+    """Write a tiny Qwen3 checkpoint folder to `output_dir` and return its Path.
+
+    `variant` is "moe" (Qwen3MoeForCausalLM) or "dense" (Qwen3ForCausalLM). The files are a pure
+    function of (variant, seed): two calls give byte-identical folders.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(output_dir)
+    config = model_config(variant)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "config.json", config)
+    save_file(init_weights(config, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    build_tokenizer().save(str(out / "tokenizer.json"))
+    for name, content in tokenizer_files(config).items():
+        _write_json(out / name, content)
+    for path in sorted(out.iterdir()):
+        logger.info("wrote %s", path)
+    return out
+
+
+def _write_json(path: Path, content: dict) -> None:
+    """Write `content` as indented JSON with a trailing newline."""
+    path.write_text(json.dumps(content, indent=2) + "\n")
+
+
+def _parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output-dir", required=True, help="folder to write the checkpoint into")
+    parser.add_argument("--variant", choices=sorted(_VARIANT_CONFIG), default="moe",
+                        help="moe: Qwen3MoeForCausalLM; dense: Qwen3ForCausalLM")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weight initialisation")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cli = _parse_args()
+    make_tiny_model(cli.output_dir, variant=cli.variant, seed=cli.seed)
