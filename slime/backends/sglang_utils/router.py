@@ -1,0 +1,124 @@
+"""sglang-router in front of the rollout engines (real SGLang or our local engine).
+
+`RouterProcess` starts the real `sglang_router` package as a subprocess in its own process
+group, waits until it answers, registers engines with `POST /workers` (registration is queued by
+the router and checked against the worker, so `add_worker` polls `GET /workers` until the engine
+is listed) and stops only the process it started. With `--sglang-router-ip/--sglang-router-port`
+set, the framework uses that existing router instead and starts none.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+logger = logging.getLogger(__name__)
+
+
+class RouterError(RuntimeError):
+    """The router did not start, or an engine could not be registered with it."""
+
+
+def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None) -> list[str]:
+    """The command line that launches sglang-router (`--router-*` flags arrive as `extra`)."""
+    return [
+        sys.executable, "-m", "sglang_router.launch_router",
+        "--host", host, "--port", str(port), "--policy", policy,
+        "--log-level", "warn",
+        *(extra or []),
+    ]
+
+
+def router_extra_args(args) -> list[str]:
+    """`--router-x VALUE` flags of our parser -> sglang-router's `--x VALUE`."""
+    out = []
+    for dest, value in sorted(vars(args).items()):
+        if not dest.startswith("router_") or dest == "router_policy" or value in (None, False):
+            continue
+        flag = "--" + dest[len("router_"):].replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+class RouterProcess:
+    """A sglang-router subprocess we own."""
+
+    def __init__(self, host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None,
+                 log_path: str | Path | None = None):
+        self.host, self.port = host, port
+        self.url = f"http://{host}:{port}"
+        self.command = router_command(host, port, policy, extra)
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> "RouterProcess":
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RouterError(f"sglang-router exited with code {self.process.returncode} "
+                                  f"(command: {' '.join(self.command)}; log: {self.log_path})")
+            if self._answers():
+                logger.info("sglang-router up at %s", self.url)
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RouterError(f"sglang-router did not answer at {self.url} within {timeout:.0f}s")
+
+    def _answers(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/workers", timeout=1).ok
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        """Stop the router process group we started (and nothing else)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def list_workers(router_url: str) -> list[str]:
+    """URLs of the engines registered with the router."""
+    body = requests.get(f"{router_url}/workers", timeout=10).json()
+    workers = body.get("workers", []) if isinstance(body, dict) else body
+    return [w["url"] if isinstance(w, dict) else str(w) for w in workers]
+
+
+def add_worker(router_url: str, engine_url: str, timeout: float = 60.0) -> None:
+    """Register `engine_url` with the router and wait until the router lists it."""
+    if engine_url in list_workers(router_url):
+        return
+    resp = requests.post(f"{router_url}/workers", json={"url": engine_url}, timeout=10)
+    if not resp.ok:
+        raise RouterError(f"router {router_url} refused worker {engine_url}: {resp.status_code} {resp.text}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine_url in list_workers(router_url):
+            return
+        time.sleep(0.2)
+    raise RouterError(f"router {router_url} did not list worker {engine_url} within {timeout:.0f}s "
+                      "(is the engine healthy at that address?)")
+
+
+def remove_worker(router_url: str, engine_url: str) -> None:
+    """Unregister an engine (e.g. one that died) by its URL."""
+    body = requests.get(f"{router_url}/workers", timeout=10).json()
+    for worker in body.get("workers", []):
+        if worker.get("url") == engine_url and worker.get("id"):
+            requests.delete(f"{router_url}/workers/{worker['id']}", timeout=10)
