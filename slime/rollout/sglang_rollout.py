@@ -1,0 +1,287 @@
+"""The default rollout: generate -> reward over SGLang's HTTP API, behind sglang-router.
+
+`generate_rollout(args, rollout_id, data_source, evaluation=False)` is the default
+`--rollout-function-path`. Train rollouts keep drawing prompt groups (`--over-sampling-batch-size`
+at a time) until `--rollout-batch-size` groups pass the dynamic filter, then abort what is still
+in flight; with `--partial-rollout` the aborted groups go back to the data source to be continued
+later. Eval rollouts run every `--eval-prompt-data` dataset with `--n-samples-per-eval-prompt`.
+
+The engines may be real SGLang servers or our local engine: both speak the same API, reached
+through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
+All per-rollout state lives in a `RolloutContext`; nothing is kept between calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
+from slime.utils.engine_client import EngineClient
+from slime.utils.misc import load_function
+from slime.utils.plugins import (
+    call_custom_generate,
+    call_dynamic_filter,
+    call_reward_fn,
+    call_sample_hook,
+)
+from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+
+logger = logging.getLogger(__name__)
+
+
+def sampling_params_from_args(args, evaluation: bool = False) -> dict:
+    """SGLang sampling params for train or eval rollouts (eval flags fall back to rollout ones)."""
+
+    def pick(eval_name: str, name: str):
+        value = getattr(args, eval_name, None) if evaluation else None
+        return getattr(args, name) if value is None else value
+
+    return {
+        "temperature": pick("eval_temperature", "rollout_temperature"),
+        "top_p": pick("eval_top_p", "rollout_top_p"),
+        "top_k": pick("eval_top_k", "rollout_top_k"),
+        "max_new_tokens": pick("eval_max_response_len", "rollout_max_response_len"),
+        "stop": args.rollout_stop,
+        "stop_token_ids": args.rollout_stop_token_ids,
+        "skip_special_tokens": args.rollout_skip_special_tokens,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
+
+
+@dataclass
+class RolloutContext:
+    """Everything one rollout call shares: tokenizer, router client, concurrency, plugins."""
+
+    args: object
+    rollout_id: int | None
+    client: EngineClient
+    semaphore: asyncio.Semaphore
+    tokenizer: object
+    custom_generate: Callable | None = None
+    sample_hooks: list[Callable] = field(default_factory=list)
+    aborted: bool = False
+
+    @classmethod
+    def create(cls, args, rollout_id=None) -> "RolloutContext":
+        num_engines = max(1, (args.rollout_num_gpus or 1) // args.rollout_num_gpus_per_engine)
+        return cls(
+            args=args,
+            rollout_id=rollout_id,
+            client=EngineClient(router_url(args)),
+            semaphore=asyncio.Semaphore(args.sglang_server_concurrency * num_engines),
+            tokenizer=load_tokenizer(args.hf_checkpoint),
+            custom_generate=_maybe_load(args.custom_generate_function_path),
+            sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
+        )
+
+
+def router_url(args) -> str:
+    if not args.sglang_router_ip or not args.sglang_router_port:
+        raise ValueError("no router address: --sglang-router-ip/--sglang-router-port are unset")
+    return f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+
+
+def sample_seed(args, rollout_id, sample: Sample) -> int:
+    """Per-request sampling seed from `--rollout-seed`, the rollout id and the sample index, so a
+    resumed run draws the same responses as an uninterrupted one (engines that honour seeds)."""
+    return (args.rollout_seed * 1_000_003 + (rollout_id or 0) * 10_007 + (sample.index or 0)) % (2**31)
+
+
+def _maybe_load(path):
+    return load_function(path) if path else None
+
+
+async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
+    """Generate (or, for a partially generated sample, continue) one response via `/generate`.
+
+    Appends the new tokens, text and logprobs to `sample`, records the weight version and sets
+    the status from SGLang's finish reason. slime-compatible: `generate(args, sample, params)`.
+    """
+    client = ctx.client if ctx else EngineClient(router_url(args))
+    tokenizer = ctx.tokenizer if ctx else load_tokenizer(args.hf_checkpoint)
+    if not sample.tokens:
+        sample.tokens = tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+    budget = sampling_params["max_new_tokens"] - sample.response_length
+    if budget <= 0:
+        sample.status = Sample.Status.TRUNCATED
+        return sample
+    payload = {
+        "input_ids": sample.tokens,
+        "sampling_params": {**sampling_params, "max_new_tokens": budget},
+        "return_logprob": True,
+    }
+    output = await client.generate(payload)
+    meta = output["meta_info"]
+    new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
+    sample.tokens = sample.tokens + new_tokens
+    sample.response += output["text"]
+    sample.response_length += len(new_tokens)
+    sample.rollout_log_probs = (sample.rollout_log_probs or []) + [float(i[0]) for i in meta["output_token_logprobs"]]
+    if sample.loss_mask is not None:
+        sample.loss_mask = sample.loss_mask + [1] * len(new_tokens)
+    sample.weight_versions.append(str(meta.get("weight_version")))
+    sample.prefix_cache_info.add(meta)
+    sample.spec_info.add(meta)
+    sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
+    return sample
+
+
+async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: dict, evaluation: bool) -> list[Sample]:
+    """Generate one sample (custom generate function if set), run sample hooks, and reward it
+    unless `--group-rm` rewards the whole group or the generator already set a reward."""
+    args = ctx.args
+    if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
+        return [sample]  # finished before an abort sent its group back (--partial-rollout)
+    async with ctx.semaphore:
+        if ctx.aborted:
+            sample.status = Sample.Status.ABORTED
+            return [sample]
+        if ctx.custom_generate:
+            samples = await call_custom_generate(ctx.custom_generate, args, sample, sampling_params, evaluation)
+        else:
+            samples = [await generate(args, sample, sampling_params, ctx=ctx)]
+    for i, s in enumerate(samples):
+        for hook in ctx.sample_hooks:
+            s = await call_sample_hook(hook, args, s, rollout_id=ctx.rollout_id, evaluation=evaluation)
+        samples[i] = s
+    if not args.group_rm:
+        for s in samples:
+            if s.reward is None and s.status != Sample.Status.ABORTED:
+                s.reward = await _reward(args, s)
+    return samples
+
+
+async def _reward(args, sample_or_group, group: bool = False):
+    if args.custom_rm_path:
+        return await call_reward_fn(load_function(args.custom_rm_path), args, sample_or_group, group=group)
+    if group:
+        return await batched_async_rm(args, sample_or_group)
+    return await async_rm(args, sample_or_group)
+
+
+async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampling_params: dict, evaluation: bool) -> list[Sample]:
+    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together."""
+    params = [{**sampling_params, "sampling_seed": sample_seed(ctx.args, ctx.rollout_id, s)} for s in group]
+    results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
+    samples = [s for r in results for s in r]
+    if ctx.args.group_rm and not any(s.status == Sample.Status.ABORTED for s in samples):
+        rewards = await _reward(ctx.args, samples, group=True)
+        for s, r in zip(samples, rewards):
+            s.reward = r
+    return samples
+
+
+async def _abort_engines(ctx: RolloutContext) -> None:
+    """Abort everything in flight on every engine behind the router."""
+    ctx.aborted = True
+    for url in await ctx.client.list_worker_urls():
+        await EngineClient(url).abort_request(abort_all=True)
+
+
+async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[list[list[Sample]], dict]:
+    """Collect `--rollout-batch-size` groups that pass the dynamic filter; returns them in the
+    order their prompts were drawn, plus rollout metrics."""
+    ctx = RolloutContext.create(args, rollout_id)
+    params = sampling_params_from_args(args)
+    dyn_filter = _maybe_load(args.dynamic_sampling_filter_path)
+    target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
+    pending: dict[asyncio.Task, int] = {}
+    kept: list[tuple[int, list[Sample]]] = []
+    drops: Counter = Counter()
+    order = 0
+    start = time.monotonic()
+    while len(kept) < target:
+        while len(pending) + len(kept) < target:
+            for group in data_source.get_samples(batch):
+                task = asyncio.create_task(generate_and_rm_group(ctx, group, params, False))
+                pending[task] = order
+                order += 1
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            group, position = task.result(), pending.pop(task)
+            verdict = call_dynamic_filter(dyn_filter, args, group) if dyn_filter else None
+            if verdict is None or verdict.keep:
+                kept.append((position, group))
+            else:
+                drops[verdict.reason or "filtered"] += 1
+    leftovers = await _drain(ctx, pending)
+    if args.partial_rollout and leftovers:
+        data_source.add_samples(leftovers)
+    kept = [g for _, g in sorted(kept, key=lambda x: x[0])][:target]
+    metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
+    metrics["rollout/aborted_groups"] = float(len(leftovers))
+    metrics["perf/rollout_seconds"] = time.monotonic() - start
+    return kept, metrics
+
+
+async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:
+    """Abort and await what is still in flight; returns those groups. Their aborted samples keep
+    what they generated so `--partial-rollout` can continue them; finished ones stay finished."""
+    if not pending:
+        return []
+    await _abort_engines(ctx)
+    return list(await asyncio.gather(*pending))
+
+
+def eval_datasets(args) -> list[tuple[str, str]]:
+    """(name, path) pairs from `--eval-prompt-data NAME PATH [NAME PATH ...]`."""
+    items = args.eval_prompt_data or []
+    if items and isinstance(items[0], (list, tuple)):
+        return [tuple(x) for x in items]
+    return list(zip(items[0::2], items[1::2]))
+
+
+async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
+    """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
+    ctx = RolloutContext.create(args, rollout_id)
+    params = sampling_params_from_args(args, evaluation=True)
+    results = {}
+    for name, path in eval_datasets(args):
+        prompts = build_samples(
+            load_prompt_rows(path),
+            tokenizer=ctx.tokenizer,
+            input_key=args.input_key,
+            label_key=args.label_key,
+            metadata_key=args.metadata_key,
+            tool_key=args.tool_key,
+            apply_chat_template=args.apply_chat_template,
+            apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+            max_prompt_len=args.rollout_max_prompt_len,
+            source=path,
+        )
+        groups = []
+        for i, prompt in enumerate(prompts):
+            group = [copy.deepcopy(prompt) for _ in range(args.n_samples_per_eval_prompt)]
+            for j, s in enumerate(group):
+                s.group_index, s.index = i, i * args.n_samples_per_eval_prompt + j
+            groups.append(group)
+        done = await asyncio.gather(*(generate_and_rm_group(ctx, g, params, True) for g in groups))
+        samples = [s for g in done for s in g]
+        results[name] = {
+            "rewards": [_eval_reward(args, s) for s in samples],
+            "truncated": [s.status == Sample.Status.TRUNCATED for s in samples],
+            "samples": samples,
+        }
+    return results
+
+
+def _eval_reward(args, sample: Sample) -> float:
+    key = getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)
+    reward = sample.reward
+    return float(reward[key] if key and isinstance(reward, dict) else reward)
+
+
+def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
+    """slime's default `--rollout-function-path` (synchronous; runs its own event loop)."""
+    if evaluation:
+        return RolloutFnEvalOutput(data=asyncio.run(eval_rollout_async(args, rollout_id)))
+    samples, metrics = asyncio.run(generate_rollout_async(args, rollout_id, data_source))
+    return RolloutFnTrainOutput(samples=samples, metrics=metrics)

@@ -1,0 +1,87 @@
+"""From finished samples to the train-data dict the trainer consumes, plus rollout metrics.
+
+The dict has slime's keys (`tokens, response_lengths, rewards, raw_reward, truncated,
+sample_indices, loss_masks` and, when every sample has them, `rollout_log_probs`). Reward
+post-processing (GRPO group normalisation) happens here, once, on the rollout side;
+`--custom-reward-post-process-path` and `--custom-convert-samples-to-train-data-path` replace the
+two steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from slime.utils.advantages import normalize_group_rewards
+from slime.utils.types import Sample
+
+# estimators whose rewards are centred per prompt group; the std division is GRPO/GSPO's only
+GROUP_CENTRED = {"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"}
+STD_NORMALISED = {"grpo", "gspo", "cispo"}
+
+
+def post_process_rewards(args, samples: list[Sample]) -> tuple[list[float], list[float]]:
+    """(raw rewards, rewards used for advantages). Groups are `--n-samples-per-prompt` long and
+    consecutive; rewards are centred per group (and divided by std + 1e-6 for GRPO-like
+    estimators unless `--disable-grpo-std-normalization`) unless `--disable-rewards-normalization`."""
+    raw = [float(s.get_reward_value(args)) for s in samples]
+    if args.advantage_estimator not in GROUP_CENTRED or getattr(args, "disable_rewards_normalization", False):
+        return raw, list(raw)
+    n = args.n_samples_per_prompt
+    if len(raw) % n:
+        raise ValueError(
+            f"{len(raw)} samples are not whole groups of --n-samples-per-prompt {n}; "
+            "a dynamic filter or custom rollout returned a partial group"
+        )
+    use_std = args.advantage_estimator in STD_NORMALISED and not getattr(args, "disable_grpo_std_normalization", False)
+    rewards = normalize_group_rewards(torch.tensor(raw, dtype=torch.float32), n, use_std=use_std)
+    return raw, rewards.flatten().tolist()
+
+
+def samples_to_train_data(args, samples: list[Sample], rewards_fn=post_process_rewards) -> dict:
+    """Flatten samples into per-sample lists. A sample with `remove_sample` keeps its place (so
+    groups stay aligned) but gets an all-zero loss mask."""
+    raw, rewards = rewards_fn(args, samples)
+    data = {
+        "tokens": [list(s.tokens) for s in samples],
+        "response_lengths": [s.response_length for s in samples],
+        "rewards": rewards,
+        "raw_reward": raw,
+        "truncated": [int(s.status == Sample.Status.TRUNCATED) for s in samples],
+        "sample_indices": [s.index for s in samples],
+        "loss_masks": [_loss_mask(s) for s in samples],
+    }
+    if samples and all(s.rollout_log_probs is not None for s in samples):
+        data["rollout_log_probs"] = [list(s.rollout_log_probs) for s in samples]
+    if any(s.teacher_log_probs is not None for s in samples):
+        data["teacher_log_probs"] = [s.teacher_log_probs for s in samples]
+    return data
+
+
+def _loss_mask(sample: Sample) -> list[int]:
+    mask = list(sample.loss_mask) if sample.loss_mask is not None else [1] * sample.response_length
+    if len(mask) != sample.response_length:
+        raise ValueError(
+            f"sample {sample.index}: loss_mask has {len(mask)} entries but response_length is "
+            f"{sample.response_length}"
+        )
+    return [0] * len(mask) if sample.remove_sample else mask
+
+
+def rollout_metrics(args, samples: list[Sample], seconds: float) -> dict[str, float]:
+    """Reward mean/std, response length, truncation and throughput of one rollout."""
+    if not samples:
+        return {}
+    raw = [float(s.get_reward_value(args)) for s in samples]
+    lengths = [s.response_length for s in samples]
+    return {
+        "rollout/raw_reward": statistics.fmean(raw),
+        "rollout/raw_reward_std": statistics.pstdev(raw),
+        "rollout/response_len_mean": statistics.fmean(lengths),
+        "rollout/response_len_max": float(max(lengths)),
+        "rollout/truncated_ratio": statistics.fmean(s.status == Sample.Status.TRUNCATED for s in samples),
+        "rollout/num_samples": float(len(samples)),
+        "perf/rollout_time": seconds,
+        "perf/rollout_tokens_per_s": sum(lengths) / seconds if seconds > 0 else 0.0,
+    }
