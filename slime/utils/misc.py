@@ -1,0 +1,90 @@
+"""Small helpers shared across slime: loading user functions from dotted paths, signature checks.
+
+`load_function` is part of the slime compatibility surface (`slime.utils.misc.load_function`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from typing import Any, Callable
+
+
+def _split_path(path: str) -> tuple[str, str]:
+    """Split "pkg.mod.attr" or "pkg.mod:attr" into (module path, attribute path)."""
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError(f"expected a dotted path 'pkg.mod.attr', got {path!r}")
+    path = path.strip()
+    if ":" in path:
+        module_path, _, attr_path = path.partition(":")
+        if not module_path or not attr_path or ":" in attr_path:
+            raise ValueError(f"malformed path {path!r}: expected 'pkg.mod:attr'")
+        return module_path, attr_path
+    module_path, dot, attr_path = path.rpartition(".")
+    if not dot or not module_path or not attr_path:
+        raise ValueError(f"malformed path {path!r}: expected 'pkg.mod.attr' (module and attribute)")
+    return module_path, attr_path
+
+
+def import_attr(module_path: str, attr_path: str, *, full_path: str | None = None) -> Any:
+    """Import `module_path` and return `attr_path` (which may be dotted, e.g. "Cls.method").
+
+    Raises ModuleNotFoundError when the module itself is missing (an import error raised *inside*
+    an existing module propagates unchanged) and AttributeError when the attribute is missing;
+    both messages name the full path.
+    """
+    shown = full_path or f"{module_path}.{attr_path}"
+    if not _module_exists(module_path):
+        raise ModuleNotFoundError(f"cannot load {shown!r}: module {module_path!r} not found")
+    obj: Any = importlib.import_module(module_path)
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(
+                f"cannot load {shown!r}: module {module_path!r} exists but has no attribute "
+                f"{attr_path!r}"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module_exists(module_path: str) -> bool:
+    """Whether `module_path` can be found (imports parent packages, as find_spec must)."""
+    try:
+        return importlib.util.find_spec(module_path) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def load_function(path: str) -> Callable:
+    """Load a callable (or class) from "pkg.mod.attr" or "pkg.mod:attr".
+
+    Raises ValueError for a malformed path, ModuleNotFoundError / AttributeError (naming the path
+    and which part is missing) when it cannot be found, TypeError when the target is not callable.
+    """
+    module_path, attr_path = _split_path(path)
+    obj = import_attr(module_path, attr_path, full_path=path)
+    if not callable(obj):
+        raise TypeError(f"{path!r} resolved to a non-callable {type(obj).__name__}")
+    return obj
+
+
+def accepts_kwarg(fn: Callable, name: str) -> bool:
+    """Whether `fn` can be called with keyword `name` (explicitly or through **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature: assume the plain form
+        return False
+    if name in params and params[name].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.VAR_POSITIONAL,
+    ):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def function_path(fn: Any) -> str:
+    """A readable "module.qualname" for error messages about a user function."""
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{module}.{name}"

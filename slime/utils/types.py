@@ -1,0 +1,210 @@
+"""The `Sample` record that flows from prompt data through rollout into training, and plugin types.
+
+Owns the `Sample` dataclass (field order and defaults are part of the slime compatibility
+surface, see docs/slime-compat.md §4), its nested `Status` enum, the small speculative-decoding
+and prefix-cache counters it carries, and (de)serialisation to plain dicts.
+
+It also defines the plugin return types `RolloutFnTrainOutput`, `RolloutFnEvalOutput` and
+`DynamicFilterOutput`. They live here so that `slime.utils.plugins` can check them without
+importing `slime.rollout` (imports flow utils <- rollout); users import them from their slime
+paths, `slime.rollout.base_types` and `slime.rollout.filter_hub.base_types`, which re-export
+these very classes.
+
+Unknown keys given to `Sample.from_dict` are kept as plain instance attributes (as slime does):
+they are readable as `sample.<key>`, and `to_dict()` emits them again, so they survive a round
+trip through `to_dict()` / `from_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+@dataclass
+class SpecInfo:
+    """Speculative-decoding counters accumulated over a sample's generation turns."""
+
+    spec_accept_token_num: int = 0
+    spec_draft_token_num: int = 0
+    spec_verify_ct: int = 0
+    completion_token_num: int = 0
+
+    def add(self, meta_info: dict) -> None:
+        """Accumulate the counters an SGLang `meta_info` reports (missing keys count as 0)."""
+        self.spec_accept_token_num += int(meta_info.get("spec_accept_token_num", 0) or 0)
+        self.spec_draft_token_num += int(meta_info.get("spec_draft_token_num", 0) or 0)
+        self.spec_verify_ct += int(meta_info.get("spec_verify_ct", 0) or 0)
+        self.completion_token_num += int(meta_info.get("completion_tokens", 0) or 0)
+
+    @property
+    def spec_accept_rate(self) -> float:
+        """Accepted draft tokens / drafted tokens (0.0 when nothing was drafted)."""
+        if self.spec_draft_token_num == 0:
+            return 0.0
+        return self.spec_accept_token_num / self.spec_draft_token_num
+
+
+@dataclass
+class PrefixCacheInfo:
+    """Prefix-cache counters: prompt tokens served from the engine's cache vs all prompt tokens."""
+
+    cached_tokens: int = 0
+    total_prompt_tokens: int = 0
+
+    def add(self, meta_info: dict) -> None:
+        """Accumulate `cached_tokens` / `prompt_tokens` from an SGLang `meta_info`."""
+        self.cached_tokens += int(meta_info.get("cached_tokens", 0) or 0)
+        self.total_prompt_tokens += int(meta_info.get("prompt_tokens", 0) or 0)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Cached prompt tokens / prompt tokens (0.0 when no prompt tokens were seen)."""
+        if self.total_prompt_tokens == 0:
+            return 0.0
+        return self.cached_tokens / self.total_prompt_tokens
+
+
+@dataclass
+class Sample:
+    """One prompt and (after rollout) one response, with everything training needs from it.
+
+    `tokens` holds prompt + response token ids; `loss_mask` and `rollout_log_probs`, when set,
+    have length `response_length`.
+    """
+
+    class Status(str, Enum):
+        """Lifecycle of a sample; the string values are what `to_dict` writes."""
+
+        PENDING = "pending"
+        COMPLETED = "completed"
+        TRUNCATED = "truncated"
+        ABORTED = "aborted"
+        FAILED = "failed"
+
+    group_index: int | None = None
+    index: int | None = None
+    rollout_id: int | None = None
+    prompt: str | list[dict] = ""
+    tokens: list[int] = field(default_factory=list)
+    multimodal_inputs: dict | None = None
+    multimodal_train_inputs: dict | None = None
+    multimodal_train_input_id: Any = None
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+    response: str = ""
+    response_length: int = 0
+    label: str | None = None
+    reward: float | dict | None = None
+    loss_mask: list[int] | None = None
+    weight_versions: list[str] = field(default_factory=list)
+    rollout_log_probs: list[float] | None = None
+    rollout_top_p_token_ids: list | None = None
+    rollout_top_p_token_offsets: list | None = None
+    rollout_routed_experts: list | None = None
+    remove_sample: bool = False
+    teacher_log_probs: list[float] | None = None
+    status: Status = Status.PENDING
+    metadata: dict = field(default_factory=dict)
+    generate_function_path: str | None = None
+    custom_rm_path: str | None = None
+    train_metadata: dict | None = None
+    session_id: str | None = None
+    non_generation_time: float = 0.0
+    spec_info: SpecInfo = field(default_factory=SpecInfo)
+    prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
+
+    def to_dict(self) -> dict:
+        """Plain-dict form: status becomes its string value, the counters become dicts.
+
+        Extra attributes set on the instance (e.g. unknown keys from `from_dict`) are included.
+        """
+        out = dict(self.__dict__)
+        out["status"] = Sample.Status(self.status).value
+        out["spec_info"] = dataclasses.asdict(self.spec_info)
+        out["prefix_cache_info"] = dataclasses.asdict(self.prefix_cache_info)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Sample":
+        """Inverse of `to_dict`. Keys that are not fields become instance attributes."""
+        data = dict(data)
+        if "status" in data:
+            data["status"] = Sample.Status(data["status"])
+        if isinstance(data.get("spec_info"), dict):
+            data["spec_info"] = SpecInfo(**data["spec_info"])
+        if isinstance(data.get("prefix_cache_info"), dict):
+            data["prefix_cache_info"] = PrefixCacheInfo(**data["prefix_cache_info"])
+        names = {f.name for f in dataclasses.fields(cls)}
+        sample = cls(**{k: v for k, v in data.items() if k in names})
+        for key, value in data.items():
+            if key not in names:
+                setattr(sample, key, value)
+        return sample
+
+    def get_reward_value(self, args) -> Any:
+        """The scalar reward: `reward[args.reward_key]` when `--reward-key` is set, else `reward`."""
+        key = getattr(args, "reward_key", None)
+        if not key:
+            return self.reward
+        if not isinstance(self.reward, dict):
+            raise TypeError(
+                f"--reward-key {key!r} is set but sample {self.index} has a non-dict reward "
+                f"{self.reward!r}"
+            )
+        if key not in self.reward:
+            raise KeyError(
+                f"--reward-key {key!r} not in sample {self.index}'s reward dict "
+                f"(keys: {sorted(self.reward)})"
+            )
+        return self.reward[key]
+
+    @property
+    def effective_response_length(self) -> int:
+        """Number of response tokens that are trained on (sum of `loss_mask`, else all)."""
+        if self.loss_mask is not None:
+            return int(sum(self.loss_mask))
+        return self.response_length
+
+    @staticmethod
+    def status_from_finish_reason(finish_reason: str) -> "Sample.Status":
+        """Map SGLang's `finish_reason.type` (stop / length / abort) to a `Sample.Status`."""
+        if finish_reason not in _FINISH_REASON_TO_STATUS:
+            raise ValueError(
+                f"unknown SGLang finish_reason {finish_reason!r}; expected one of "
+                f"{sorted(_FINISH_REASON_TO_STATUS)}"
+            )
+        return _FINISH_REASON_TO_STATUS[finish_reason]
+
+
+# Registry: SGLang `meta_info.finish_reason.type` -> Sample status.
+_FINISH_REASON_TO_STATUS = {
+    "stop": Sample.Status.COMPLETED,
+    "length": Sample.Status.TRUNCATED,
+    "abort": Sample.Status.ABORTED,
+}
+
+
+@dataclass
+class RolloutFnTrainOutput:
+    """Training rollout result: `samples[g]` is group g (n_samples_per_prompt Samples)."""
+
+    samples: list[list[Sample]]
+    metrics: dict | None = None
+
+
+@dataclass
+class RolloutFnEvalOutput:
+    """Eval result: `data[name] = {"rewards": [...], "truncated": [...], "samples": [...]}`."""
+
+    data: dict[str, dict]
+    metrics: dict | None = None
+
+
+@dataclass
+class DynamicFilterOutput:
+    """Whether to keep a sample group, and (when dropped) a short reason used in metrics."""
+
+    keep: bool
+    reason: str | None = None
