@@ -1,0 +1,72 @@
+"""Log-probs of target tokens and entropy from vocab-parallel logits.
+
+With tensor parallelism each rank holds logits for a contiguous shard of the (padded)
+vocabulary. The log-partition function and the entropy need sums over the whole vocabulary, so
+they are all-reduced across the TP group with autograd-aware collectives; on one rank
+(`tp_group=None` or size 1) this is plain log-softmax. Logits are divided by the rollout
+temperature first, matching what the engines report as the sampled tokens' log-probs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def _tp(group) -> tuple[int, int]:
+    if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+class _ReduceReplicated(torch.autograd.Function):
+    """All-reduce (sum) whose result every TP rank then uses identically: the loss downstream is
+    replicated, so each rank's gradient is already the full one and the backward is the identity
+    (megatron's reduce-from-tensor-parallel-region; torch's autograd all_reduce would sum the
+    replicated gradients and scale them by the TP size)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _sum(x: torch.Tensor, group, size: int) -> torch.Tensor:
+    return _ReduceReplicated.apply(x, group) if size > 1 else x
+
+
+def vocab_parallel_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    tp_group=None,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [N, V_local] (this rank's vocab shard), targets [N] (global ids) ->
+    (log p(target) [N], entropy [N] or None), in fp32, differentiable w.r.t. logits."""
+    rank, size = _tp(tp_group)
+    logits = logits.float() / temperature
+    v_local = logits.shape[-1]
+    with torch.no_grad():
+        peak = logits.max(dim=-1, keepdim=True).values
+        if size > 1:
+            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=tp_group)
+    shifted = logits - peak
+    exp = shifted.exp()
+    sum_exp = _sum(exp.sum(dim=-1), tp_group, size)
+    log_z = sum_exp.log()
+    start = rank * v_local
+    in_shard = (targets >= start) & (targets < start + v_local)
+    local = (targets - start).clamp(0, v_local - 1)
+    picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_shard
+    log_probs = _sum(picked, tp_group, size) - log_z
+    if not with_entropy:
+        return log_probs, None
+    # H = log Z - E_p[shifted logit]
+    expected = _sum((exp * shifted).sum(dim=-1), tp_group, size) / sum_exp
+    return log_probs, log_z - expected
