@@ -1,0 +1,77 @@
+"""The ``--dry-run`` plan: one dataclass tree built from parsed arguments.
+
+:func:`build_plan` is pure (no torch, megatron or ray): it reads the argument namespace and
+returns placement, parallel layout, batch arithmetic, trainer and engine memory, host RAM and
+the parser's warnings. Secrets (``--wandb-key``) are never copied into the plan.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from dataclasses import dataclass, field
+
+from slime.utils.plan.engine import EngineMemory, engine_memory
+from slime.utils.plan.layout import ParallelLayout, layout_from_args
+from slime.utils.plan.memory import HostMemory, TrainerMemory, host_memory, trainer_memory
+from slime.utils.plan.model import ModelShape, ParamSplit, active_params, shape_from_args, total_params
+from slime.utils.plan.placement import BatchPlan, Placement, batch_from_args, placement_from_args
+
+
+@dataclass
+class Plan:
+    """Everything ``--dry-run`` prints; see ``docs/dry-run-plan.md`` for each field's meaning."""
+
+    model: ModelShape
+    params: ParamSplit
+    active_params: int
+    placement: Placement
+    layout: ParallelLayout
+    batch: BatchPlan
+    trainer: TrainerMemory
+    host: HostMemory | None
+    engine: EngineMemory | None
+    recompute: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        """True when trainer GPUs, engine GPUs and (when a budget is given) host RAM all fit."""
+        host_ok = self.host is None or self.host.fits is not False
+        engine_ok = self.engine is None or self.engine.fits
+        return self.trainer.fits and host_ok and engine_ok
+
+
+def _recompute_text(args: Namespace) -> str:
+    granularity = getattr(args, "recompute_granularity", None)
+    if granularity is None:
+        return "none"
+    if granularity == "selective":
+        return "selective (core attention)"
+    method = getattr(args, "recompute_method", None) or "uniform"
+    return f"full, {method}, {getattr(args, 'recompute_num_layers', None) or 1} layer(s)"
+
+
+def build_plan(args: Namespace) -> Plan:
+    """Build the plan from a parsed namespace (``slime.utils.arguments.parse_args``).
+
+    Raises ValueError naming the flag when the arguments cannot be laid out (e.g. world size not
+    divisible by TP*PP*CP).
+    """
+    shape = shape_from_args(args)
+    layout = layout_from_args(args)
+    placement = placement_from_args(args)
+    trainer = trainer_memory(args, shape, layout)
+    engine = engine_memory(args, shape, placement.engines[0]) if placement.engines else None
+    return Plan(
+        model=shape,
+        params=total_params(shape),
+        active_params=active_params(shape),
+        placement=placement,
+        layout=layout,
+        batch=batch_from_args(args, layout.dp, layout.cp),
+        trainer=trainer,
+        host=host_memory(args, trainer),
+        engine=engine,
+        recompute=_recompute_text(args),
+        warnings=list(getattr(args, "warnings", None) or []),
+    )
