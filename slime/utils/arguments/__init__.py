@@ -1,0 +1,90 @@
+"""slime's command line: one parser assembled from domain modules, validated once at parse time.
+
+Each domain module in ``DOMAINS`` has ``add_arguments(parser)`` (one argument group) and
+``validate(args) -> list[str]`` (warnings; raises ``ArgumentError`` naming the flags). Validators
+run in ``DOMAINS`` order, which is also their dependency order: debug switches first, the cluster
+and the Megatron layout before batch arithmetic, the rollout values before eval falls back on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from types import ModuleType
+from typing import Any
+
+from slime.utils.arguments import (
+    algorithm,
+    checkpoint,
+    cluster,
+    data,
+    debug,
+    logger as logger_domain,
+    megatron,
+    rollout,
+    sglang,
+)
+from slime.utils.arguments import eval as eval_domain
+from slime.utils.arguments.common import ArgumentError
+from slime.utils.arguments.hf_config import check_hf_config
+from slime.utils.arguments.logger import SECRET_DESTS
+
+__all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "build_parser", "check_hf_config",
+           "parse_args", "redacted_vars", "validate_args"]
+
+logger = logging.getLogger(__name__)
+
+DOMAINS: tuple[ModuleType, ...] = (
+    debug, cluster, megatron, data, rollout, eval_domain, algorithm, checkpoint, logger_domain, sglang,
+)
+ENTRIES = ("train", "train_async")
+
+
+def build_parser(entry: str = "train") -> argparse.ArgumentParser:
+    """Return the parser of entry point ``entry`` ("train" or "train_async"): one argument group per
+    domain of ``DOMAINS``; unknown flags are an error."""
+    if entry not in ENTRIES:
+        raise ValueError(f"entry must be one of {ENTRIES}, got {entry!r}")
+    parser = argparse.ArgumentParser(
+        prog=f"{entry}.py", description=f"slime {entry}: RL post-training with Megatron and SGLang.",
+        allow_abbrev=False,
+    )
+    parser.set_defaults(entry=entry)
+    for domain in DOMAINS:
+        domain.add_arguments(parser)
+    return parser
+
+
+def validate_args(args: argparse.Namespace) -> list[str]:
+    """Run every domain's validator once, in ``DOMAINS`` order; return all warnings.
+
+    Validators may resolve derived values in place (e.g. --eps-clip-high, --global-batch-size).
+    Raises ArgumentError naming the flags of the first violated rule.
+    """
+    warnings: list[str] = []
+    for domain in DOMAINS:
+        warnings.extend(domain.validate(args))
+    return warnings
+
+
+def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.Namespace:
+    """Parse ``argv`` (None: sys.argv[1:]) for ``entry``, validate, log the warnings.
+
+    Returns the namespace with ``args.entry`` and ``args.warnings`` (list of str) set.
+    Unknown flags exit through argparse naming the flag; invalid combinations raise ArgumentError.
+    """
+    args = build_parser(entry).parse_args(argv)
+    args.warnings = validate_args(args)
+    for warning in args.warnings:
+        logger.warning("%s", warning)
+    return args
+
+
+def redacted_vars(args: argparse.Namespace) -> dict[str, Any]:
+    """``vars(args)`` with every dest of ``SECRET_DESTS`` that is set replaced by "<redacted>";
+    for printing plans and config dumps."""
+    out = dict(vars(args))
+    for dest in SECRET_DESTS:
+        if out.get(dest) is not None:
+            out[dest] = "<redacted>"
+    return out

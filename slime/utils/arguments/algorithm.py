@@ -1,0 +1,89 @@
+"""Algorithm domain: advantage estimator, policy loss and clipping, KL and entropy terms,
+truncated importance sampling, reference model cadence, routing replay and the loss plugins."""
+
+from __future__ import annotations
+
+import argparse
+
+from slime.utils.arguments.common import require
+
+ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
+KL_LOSS_TYPES = ("k1", "k2", "k3", "low_var_kl")
+
+
+def _add_policy(group) -> None:
+    group.add_argument("--advantage-estimator", type=str, choices=ADVANTAGE_ESTIMATORS, default="grpo",
+                       help="How advantages are computed from rewards.")
+    group.add_argument("--loss-type", type=str, choices=LOSS_TYPES, default="policy_loss",
+                       help="Training loss; custom_loss needs --custom-loss-function-path.")
+    group.add_argument("--eps-clip", type=float, default=0.2, help="PPO clip range (lower side).")
+    group.add_argument("--eps-clip-high", type=float, default=None, help="PPO clip upper side (None: = --eps-clip).")
+    group.add_argument("--eps-clip-c", type=float, default=None, help="Dual-clip constant c (> 1); None disables.")
+    group.add_argument("--value-clip", type=float, default=0.2, help="Clip range of the value loss (ppo).")
+    group.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty folded into the reward.")
+    group.add_argument("--use-kl-loss", action="store_true", default=False,
+                       help="Add a KL(actor || reference) term to the loss.")
+    group.add_argument("--kl-loss-coef", type=float, default=0.0, help="Weight of the KL loss term.")
+    group.add_argument("--kl-loss-type", type=str, choices=KL_LOSS_TYPES, default="k1",
+                       help="KL estimator: k1 log ratio, k2 squared/2, k3 = low_var_kl.")
+    group.add_argument("--entropy-coef", type=float, default=0.0, help="Weight of the entropy bonus.")
+    group.add_argument("--gamma", type=float, default=1.0, help="Discount factor (ppo / reinforce++).")
+    group.add_argument("--lambd", type=float, default=1.0, help="GAE lambda (ppo).")
+    group.add_argument("--normalize-advantages", action="store_true", default=False,
+                       help="Whiten advantages across the data-parallel batch.")
+    group.add_argument("--disable-grpo-std-normalization", action="store_true", default=False,
+                       help="GRPO: subtract the group mean without dividing by the group std.")
+    group.add_argument("--disable-rewards-normalization", action="store_true", default=False,
+                       help="Use raw rewards (no group normalisation).")
+
+
+def _add_correction(group) -> None:
+    group.add_argument("--use-tis", action="store_true", default=False,
+                       help="Truncated importance sampling between rollout and training log-probs.")
+    group.add_argument("--tis-clip", type=float, default=2.0, help="Upper clip of the TIS weight.")
+    group.add_argument("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS weight.")
+    group.add_argument("--use-rollout-logprobs", action="store_true", default=False,
+                       help="Use the engines' log-probs as the old policy instead of recomputing them.")
+    group.add_argument("--ref-update-interval", type=int, default=None,
+                       help="Copy the actor into the reference model every this many rollouts (None: never).")
+    group.add_argument("--num-critic-only-steps", type=int, default=0,
+                       help="Rollouts at the start that train only the critic (ppo).")
+    group.add_argument("--use-routing-replay", action="store_true", default=False,
+                       help="Replay the MoE routing of the log-prob pass in the training pass.")
+    group.add_argument("--use-rollout-routing-replay", action="store_true", default=False,
+                       help="Replay the engines' MoE routing (rollout_routed_experts) in training.")
+    group.add_argument("--custom-loss-function-path", type=str, default=None,
+                       help="fn(args, batch, logits, sum_of_sample_mean) -> (loss, log_dict); --loss-type custom_loss.")
+    group.add_argument("--custom-advantage-function-path", type=str, default=None,
+                       help="fn(args, rollout_data) setting advantages and returns.")
+    group.add_argument("--custom-tis-function-path", type=str, default=None,
+                       help="fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, **kw) "
+                       "-> (pg_loss, masks, metrics).")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the algorithm flags as one argument group."""
+    group = parser.add_argument_group("algorithm", "RL objective: advantages, losses, KL, TIS.")
+    _add_policy(group)
+    _add_correction(group)
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """Check clip ranges and loss plugins; resolve --eps-clip-high (None -> --eps-clip)."""
+    warnings: list[str] = []
+    if args.eps_clip_high is None:
+        args.eps_clip_high = args.eps_clip
+    require(args.eps_clip >= 0 and args.eps_clip_high >= 0,
+            f"--eps-clip {args.eps_clip} and --eps-clip-high {args.eps_clip_high} must be >= 0")
+    require(args.eps_clip_c is None or args.eps_clip_c > 1.0, f"--eps-clip-c must be > 1, got {args.eps_clip_c}")
+    if args.loss_type == "custom_loss":
+        require(args.custom_loss_function_path is not None,
+                "--loss-type custom_loss requires --custom-loss-function-path")
+    elif args.custom_loss_function_path is not None:
+        warnings.append(f"--custom-loss-function-path is ignored with --loss-type {args.loss_type}")
+    require(args.tis_clip_low <= args.tis_clip,
+            f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
+    if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:
+        warnings.append("--use-kl-loss / --kl-coef without --ref-load: the reference model starts from --load")
+    return warnings

@@ -1,0 +1,65 @@
+"""Cluster domain: how many nodes and GPUs the trainer and the rollout engines get, colocation
+and offloading, and the memory figures the ``--dry-run`` plan budgets against."""
+
+from __future__ import annotations
+
+import argparse
+
+from slime.utils.arguments.common import ArgumentError, positive_int, require, world_size
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the cluster flags as one argument group."""
+    group = parser.add_argument_group("cluster", "Placement of the trainer and the rollout engines.")
+    group.add_argument("--actor-num-nodes", type=positive_int("--actor-num-nodes"), default=1,
+                       help="Number of nodes for the training actor.")
+    group.add_argument("--actor-num-gpus-per-node", type=positive_int("--actor-num-gpus-per-node"), default=8,
+                       help="GPUs per node for the training actor.")
+    group.add_argument("--rollout-num-gpus", type=positive_int("--rollout-num-gpus"), default=None,
+                       help="Total GPUs for the rollout engines. None: equal to the actor's GPUs when "
+                       "--colocate (required otherwise).")
+    group.add_argument("--rollout-num-gpus-per-engine", type=positive_int("--rollout-num-gpus-per-engine"),
+                       default=1, help="GPUs per SGLang engine; engine tp size = this / --sglang-pp-size.")
+    group.add_argument("--num-gpus-per-node", type=positive_int("--num-gpus-per-node"), default=8,
+                       help="GPUs per node of the cluster, used to place rollout engines.")
+    group.add_argument("--colocate", action="store_true", default=False,
+                       help="Share GPUs between the trainer and the engines (train.py only). "
+                       "Turning this on also turns on --offload.")
+    group.add_argument("--offload", action="store_true", default=False,
+                       help="Shorthand for --offload-train --offload-rollout.")
+    group.add_argument("--offload-train", action="store_true", default=False,
+                       help="Move the trainer's weights and optimizer state off the GPU while engines generate.")
+    group.add_argument("--offload-rollout", action="store_true", default=False,
+                       help="Release the engines' weights and KV cache while the trainer trains.")
+    group.add_argument("--gpu-memory-gib", type=float, default=80.0,
+                       help="Memory of one GPU in GiB, used by the --dry-run memory plan.")
+    group.add_argument("--host-memory-gib", type=float, default=None,
+                       help="Host RAM per node in GiB for the --dry-run plan's verdict (None: not checked).")
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """Check placement flags; resolve --rollout-num-gpus and the offload switches."""
+    warnings: list[str] = []
+    if args.colocate and args.entry == "train_async":
+        raise ArgumentError("--colocate cannot be used with train_async.py (one-step-off needs separate GPUs)")
+    require(args.gpu_memory_gib > 0, f"--gpu-memory-gib must be > 0, got {args.gpu_memory_gib}")
+    require(args.host_memory_gib is None or args.host_memory_gib > 0,
+            f"--host-memory-gib must be > 0, got {args.host_memory_gib}")
+    if args.colocate:
+        args.offload = True
+    if args.offload:
+        args.offload_train = True
+        args.offload_rollout = True
+    if args.rollout_num_gpus is None:
+        if args.colocate:
+            args.rollout_num_gpus = world_size(args)
+        elif not args.debug_train_only:
+            raise ArgumentError("--rollout-num-gpus is required unless --colocate or --debug-train-only")
+    if args.rollout_num_gpus is not None:
+        require(args.rollout_num_gpus % args.rollout_num_gpus_per_engine == 0,
+                f"--rollout-num-gpus {args.rollout_num_gpus} is not divisible by "
+                f"--rollout-num-gpus-per-engine {args.rollout_num_gpus_per_engine}")
+    if args.colocate and args.rollout_num_gpus is not None and args.rollout_num_gpus > world_size(args):
+        warnings.append(f"--colocate with --rollout-num-gpus {args.rollout_num_gpus} > actor GPUs "
+                        f"{world_size(args)}: the placement group takes the larger of the two")
+    return warnings

@@ -1,0 +1,63 @@
+"""Eval domain: evaluation datasets, cadence and sampling parameters (None falls back to the
+matching rollout value)."""
+
+from __future__ import annotations
+
+import argparse
+
+from slime.utils.arguments.common import check_path_exists, positive_int, require, strip_slice
+
+# eval dest -> rollout dest it falls back to when left at None.
+_FALLBACKS = {
+    "eval_max_response_len": "rollout_max_response_len",
+    "eval_temperature": "rollout_temperature",
+    "eval_top_p": "rollout_top_p",
+    "eval_top_k": "rollout_top_k",
+    "eval_function_path": "rollout_function_path",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the eval flags as one argument group."""
+    group = parser.add_argument_group("eval", "Evaluation datasets and sampling.")
+    group.add_argument("--eval-interval", type=positive_int("--eval-interval"), default=None,
+                       help="Evaluate every this many rollouts (None: never).")
+    group.add_argument("--eval-prompt-data", type=str, nargs="+", default=None, metavar="NAME PATH",
+                       help="Evaluation sets as NAME PATH pairs: --eval-prompt-data aime a.jsonl gsm8k g.jsonl.")
+    group.add_argument("--n-samples-per-eval-prompt", type=positive_int("--n-samples-per-eval-prompt"), default=1,
+                       help="Responses sampled per evaluation prompt.")
+    group.add_argument("--eval-max-response-len", type=int, default=None,
+                       help="Maximum new tokens at evaluation (None: --rollout-max-response-len).")
+    group.add_argument("--eval-temperature", type=float, default=None,
+                       help="Temperature at evaluation (None: --rollout-temperature).")
+    group.add_argument("--eval-top-p", type=float, default=None, help="Top-p at evaluation (None: --rollout-top-p).")
+    group.add_argument("--eval-top-k", type=int, default=None, help="Top-k at evaluation (None: --rollout-top-k).")
+    group.add_argument("--skip-eval-before-train", action="store_true", default=False,
+                       help="Do not evaluate the initial model before the first rollout.")
+    group.add_argument("--eval-function-path", type=str, default=None,
+                       help="Rollout function called with evaluation=True (None: --rollout-function-path).")
+
+
+def eval_datasets(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Return ``--eval-prompt-data`` as [(name, path), ...] (empty when not given)."""
+    items = args.eval_prompt_data or []
+    return [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """Check NAME PATH pairing and paths; fill None eval sampling values from the rollout ones."""
+    warnings: list[str] = []
+    if args.eval_prompt_data is not None:
+        require(len(args.eval_prompt_data) % 2 == 0,
+                f"--eval-prompt-data takes NAME PATH pairs, got {len(args.eval_prompt_data)} values: "
+                f"{args.eval_prompt_data}")
+        for name, path in eval_datasets(args):
+            check_path_exists(args, f"--eval-prompt-data {name}", strip_slice(path), warnings)
+    elif args.eval_interval is not None:
+        warnings.append("--eval-interval given without --eval-prompt-data: only a custom "
+                        "--eval-function-path can evaluate")
+    for eval_dest, rollout_dest in _FALLBACKS.items():
+        if getattr(args, eval_dest) is None:
+            setattr(args, eval_dest, getattr(args, rollout_dest))
+    require(args.eval_temperature > 0, f"--eval-temperature must be > 0, got {args.eval_temperature}")
+    return warnings

@@ -1,0 +1,105 @@
+"""Cross-check of MODEL_ARGS (Megatron-LM model-shape flags) against a Hugging Face config.json.
+
+Pure functions, shared by argument validation and the checkpoint converters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Callable
+
+_EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+# (flag, args dest, HF config keys tried in order). The first HF key present is compared.
+_INT_FIELDS = (
+    ("--num-layers", "num_layers", ("num_hidden_layers",)),
+    ("--hidden-size", "hidden_size", ("hidden_size",)),
+    ("--num-attention-heads", "num_attention_heads", ("num_attention_heads",)),
+    ("--ffn-hidden-size", "ffn_hidden_size", ("intermediate_size",)),
+    ("--kv-channels", "kv_channels", ("head_dim",)),
+    ("--num-experts", "num_experts", _EXPERT_KEYS),
+    ("--moe-router-topk", "moe_router_topk", ("num_experts_per_tok",)),
+    ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", ("moe_intermediate_size",)),
+)
+_FLOAT_FIELDS = (
+    ("--norm-epsilon", "norm_epsilon", ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")),
+)
+
+
+_MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size")
+
+
+def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    for key in keys:
+        if hf_config.get(key) is not None:
+            return key, hf_config[key]
+    return None, None
+
+
+def _rope_theta(hf_config: dict) -> tuple[str | None, Any]:
+    if hf_config.get("rope_theta") is not None:
+        return "rope_theta", hf_config["rope_theta"]
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = hf_config.get(key)
+        if isinstance(nested, dict) and nested.get("rope_theta") is not None:
+            return f"{key}.rope_theta", nested["rope_theta"]
+    return None, None
+
+
+def _compare(out: list[str], flag: str, ours: Any, key: str | None, theirs: Any,
+             same: Callable[[Any, Any], bool]) -> None:
+    if ours is None or key is None:
+        return
+    if not same(ours, theirs):
+        out.append(f"{flag} {ours} does not match HF config {key}={theirs}")
+
+
+def _is_moe(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "num_experts", None))
+
+
+def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
+    """Compare model-shape flags in ``args`` with an HF ``config.json`` dict.
+
+    Checks layers, hidden size, heads, query groups, FFN size, head dim, experts, router top-k,
+    MoE FFN size, norm epsilon, rope base and tied embeddings. A flag left at None or a key absent
+    from the config is not compared. Returns one message per mismatch, each naming the flag, our
+    value and the HF key with its value; an empty list means they agree.
+    """
+    out: list[str] = []
+    for flag, dest, keys in _INT_FIELDS:
+        if dest in _MOE_ONLY and not _is_moe(args):
+            continue
+        key, theirs = _hf_value(hf_config, keys)
+        _compare(out, flag, getattr(args, dest, None), key, theirs, lambda a, b: int(a) == int(b))
+    for flag, dest, keys in _FLOAT_FIELDS:
+        key, theirs = _hf_value(hf_config, keys)
+        _compare(out, flag, getattr(args, dest, None), key, theirs,
+                 lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
+    _check_query_groups(out, args, hf_config)
+    key, experts = _hf_value(hf_config, _EXPERT_KEYS)
+    if experts and not _is_moe(args):
+        out.append(f"--num-experts is not set (dense model) but HF config {key}={experts}")
+    if getattr(args, "position_embedding_type", None) == "rope":
+        key, theirs = _rope_theta(hf_config)
+        _compare(out, "--rotary-base", getattr(args, "rotary_base", None), key, theirs,
+                 lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
+    if "tie_word_embeddings" in hf_config and hasattr(args, "untie_embeddings_and_output_weights"):
+        untied = bool(args.untie_embeddings_and_output_weights)
+        if untied == bool(hf_config["tie_word_embeddings"]):
+            out.append(f"--untie-embeddings-and-output-weights is {'set' if untied else 'not set'} but HF "
+                       f"config tie_word_embeddings={hf_config['tie_word_embeddings']}")
+    return out
+
+
+def _check_query_groups(out: list[str], args: argparse.Namespace, hf_config: dict) -> None:
+    heads = getattr(args, "num_attention_heads", None)
+    kv_heads = hf_config.get("num_key_value_heads")
+    if heads is None or kv_heads is None:
+        return
+    if getattr(args, "group_query_attention", False):
+        _compare(out, "--num-query-groups", args.num_query_groups, "num_key_value_heads", kv_heads,
+                 lambda a, b: int(a) == int(b))
+    elif int(kv_heads) != int(heads):
+        out.append(f"--group-query-attention is not set (query groups = --num-attention-heads {heads}) but HF "
+                   f"config num_key_value_heads={kv_heads}")

@@ -1,0 +1,40 @@
+"""Logging domain: the metrics directory and the wandb / tensorboard sinks. ``SECRET_DESTS`` names
+dests whose values must never be printed (plans, config dumps, wandb config)."""
+
+from __future__ import annotations
+
+import argparse
+
+SECRET_DESTS = ("wandb_key",)
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the logging flags as one argument group."""
+    group = parser.add_argument_group("logger", "Metrics sinks: jsonl, wandb, tensorboard.")
+    group.add_argument("--metrics-dir", type=str, default=None,
+                       help="Directory for metrics.jsonl and other run records (None: not written).")
+    group.add_argument("--use-wandb", action="store_true", default=False, help="Log metrics to Weights & Biases.")
+    group.add_argument("--wandb-mode", type=str, choices=WANDB_MODES, default=None,
+                       help="wandb mode (None: wandb's own default / WANDB_MODE).")
+    group.add_argument("--wandb-project", type=str, default=None, help="wandb project.")
+    group.add_argument("--wandb-group", type=str, default=None, help="wandb group of the run.")
+    group.add_argument("--wandb-team", type=str, default=None, help="wandb entity (team).")
+    group.add_argument("--wandb-host", type=str, default=None, help="wandb server URL.")
+    group.add_argument("--wandb-key", type=str, default=None, help="wandb API key (secret: never printed).")
+    group.add_argument("--wandb-dir", type=str, default=None, help="Local directory for wandb files.")
+    group.add_argument("--use-tensorboard", action="store_true", default=False, help="Log metrics to tensorboard.")
+    group.add_argument("--tb-project-name", type=str, default=None, help="Tensorboard project directory name.")
+    group.add_argument("--tb-experiment-name", type=str, default=None, help="Tensorboard experiment name.")
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """Warn when sink options come without their sink switch."""
+    warnings: list[str] = []
+    wandb_only = [flag for flag, value in (("--wandb-project", args.wandb_project),
+                                           ("--wandb-key", args.wandb_key)) if value is not None]
+    if wandb_only and not args.use_wandb:
+        warnings.append(f"{', '.join(wandb_only)} given without --use-wandb: wandb is off")
+    if args.tb_project_name is not None and not args.use_tensorboard:
+        warnings.append("--tb-project-name given without --use-tensorboard: tensorboard is off")
+    return warnings

@@ -1,0 +1,135 @@
+"""Rollout domain: the HF checkpoint the engines serve, sampling parameters, the rollout plugins
+(generate, filter, data source, buffer, sample hooks), rewards and weight-update transport."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from slime.utils.arguments.common import ArgumentError, check_path_exists, positive_int, require
+from slime.utils.arguments.hf_config import check_hf_config
+
+RM_BASE_TYPES = ("deepscaler", "dapo", "math", "f1", "gpqa", "remote_rm", "random")
+RM_TYPES = RM_BASE_TYPES + tuple(f"boxed_{name}" for name in RM_BASE_TYPES)
+
+
+def _add_sampling(group) -> None:
+    group.add_argument("--hf-checkpoint", type=str, default=None,
+                       help="Hugging Face checkpoint directory: the engines' model, the tokenizer and "
+                       "the config that MODEL_ARGS are checked against.")
+    group.add_argument("--rollout-temperature", type=float, default=1.0, help="Sampling temperature (> 0).")
+    group.add_argument("--rollout-top-p", type=float, default=1.0, help="Nucleus sampling top-p in (0, 1].")
+    group.add_argument("--rollout-top-k", type=int, default=-1, help="Top-k sampling; -1 disables it.")
+    group.add_argument("--rollout-max-response-len", type=int, default=None,
+                       help="Maximum new tokens per response (SGLang max_new_tokens).")
+    group.add_argument("--rollout-max-prompt-len", type=int, default=None,
+                       help="Prompts longer than this many tokens are dropped when the data is loaded.")
+    group.add_argument("--rollout-max-context-len", type=int, default=None,
+                       help="Maximum prompt + response tokens; responses are cut to fit.")
+    group.add_argument("--rollout-stop", type=str, nargs="+", default=None, help="Stop strings.")
+    group.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="Stop token ids.")
+    group.add_argument("--rollout-skip-special-tokens", action="store_true", default=False,
+                       help="Drop special tokens from the decoded response text.")
+    group.add_argument("--rollout-shuffle", action="store_true", default=False,
+                       help="Shuffle prompts (seed --rollout-seed + epoch).")
+    group.add_argument("--rollout-seed", type=int, default=42, help="Seed for prompt shuffling and sampling.")
+    group.add_argument("--over-sampling-batch-size", type=int, default=None,
+                       help="Prompts submitted per generation round with dynamic sampling "
+                       "(None: = --rollout-batch-size; must be >= it).")
+    group.add_argument("--partial-rollout", action="store_true", default=False,
+                       help="Keep unfinished generations aborted at the end of a rollout and resume them later.")
+
+
+def _add_plugins(group) -> None:
+    group.add_argument("--rollout-function-path", type=str, default="slime.rollout.sglang_rollout.generate_rollout",
+                       help="generate_rollout(args, rollout_id, data_source, evaluation=False).")
+    group.add_argument("--custom-generate-function-path", type=str, default=None,
+                       help="async generate(args, sample, sampling_params) replacing the default generation.")
+    group.add_argument("--dynamic-sampling-filter-path", type=str, default=None,
+                       help="filter(args, samples, **kwargs) -> DynamicFilterOutput deciding if a group is kept.")
+    group.add_argument("--data-source-path", type=str, default="slime.rollout.data_source.RolloutDataSourceWithBuffer",
+                       help="Class(args) with get_samples, add_samples, save, load, __len__.")
+    group.add_argument("--buffer-filter-path", type=str, default=None,
+                       help="fn(args, rollout_id, buffer, num_samples) picking groups out of the buffer.")
+    group.add_argument("--rollout-sample-hook-path", type=str, action="append", default=None,
+                       help="hook(args, sample, *, rollout_id=None, evaluation=False); repeatable, run in order.")
+    group.add_argument("--custom-convert-samples-to-train-data-path", type=str, default=None,
+                       help="fn(args, samples) -> dict of train data (tokens, response_lengths, rewards, ...).")
+    group.add_argument("--rollout-data-postprocess-path", type=str, default=None,
+                       help="fn(args, rollout_id, rollout_data) mutating the rollout data before training.")
+
+
+def _add_rewards(group) -> None:
+    group.add_argument("--rm-type", type=str, choices=RM_TYPES, default=None,
+                       help="Built-in reward; a boxed_ prefix scores the last \\boxed{} content. "
+                       "A sample's metadata.rm_type overrides it.")
+    group.add_argument("--reward-key", type=str, default=None, help="Key read when a reward is a dict.")
+    group.add_argument("--eval-reward-key", type=str, default=None,
+                       help="Key read from dict rewards at evaluation (None: --reward-key).")
+    group.add_argument("--group-rm", action="store_true", default=False,
+                       help="Call the reward function once per group: rm(args, samples) -> list.")
+    group.add_argument("--rm-url", type=str, default=None, help="URL of the remote reward model (remote_rm).")
+    group.add_argument("--custom-rm-path", type=str, default=None,
+                       help="async rm(args, sample) -> float | dict (with --group-rm: rm(args, samples)).")
+    group.add_argument("--custom-reward-post-process-path", type=str, default=None,
+                       help="fn(args, samples) -> (raw_rewards, rewards) replacing group normalisation.")
+
+
+def _add_weight_sync(group) -> None:
+    group.add_argument("--update-weight-buffer-size", type=positive_int("--update-weight-buffer-size"),
+                       default=512 * 1024**2, help="Bytes per weight-update bucket (default 512 MiB).")
+    group.add_argument("--update-weights-interval", type=positive_int("--update-weights-interval"), default=1,
+                       help="Push weights to the engines every this many rollouts.")
+    group.add_argument("--use-fault-tolerance", action="store_true", default=False,
+                       help="Health-check engines and restart dead ones instead of failing the run.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the rollout flags as one argument group."""
+    group = parser.add_argument_group("rollout", "Generation, rollout plugins, rewards and weight updates.")
+    _add_sampling(group)
+    _add_plugins(group)
+    _add_rewards(group)
+    _add_weight_sync(group)
+
+
+def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> None:
+    if args.hf_checkpoint is None:
+        if args.dry_run or args.debug_train_only:
+            warnings.append("--hf-checkpoint not given: tokenizer and HF config checks skipped")
+            return
+        raise ArgumentError("--hf-checkpoint is required (tokenizer and engine weights)")
+    if not check_path_exists(args, "--hf-checkpoint", args.hf_checkpoint, warnings):
+        warnings.append("--hf-checkpoint missing: HF config cross-check of MODEL_ARGS skipped")
+        return
+    config_path = os.path.join(args.hf_checkpoint, "config.json")
+    if not os.path.isfile(config_path):
+        warnings.append(f"--hf-checkpoint {args.hf_checkpoint} has no config.json: MODEL_ARGS not cross-checked")
+        return
+    with open(config_path, encoding="utf-8") as handle:
+        hf_config = json.load(handle)
+    mismatches = check_hf_config(args, hf_config)
+    if mismatches:
+        raise ArgumentError(f"MODEL_ARGS disagree with {config_path}: " + "; ".join(mismatches))
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """Check sampling values, rewards and the HF checkpoint; resolve --over-sampling-batch-size."""
+    warnings: list[str] = []
+    require(args.rollout_temperature > 0, f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
+    require(0 < args.rollout_top_p <= 1, f"--rollout-top-p must be in (0, 1], got {args.rollout_top_p}")
+    for flag, value in (("--rollout-max-response-len", args.rollout_max_response_len),
+                        ("--rollout-max-prompt-len", args.rollout_max_prompt_len),
+                        ("--rollout-max-context-len", args.rollout_max_context_len)):
+        require(value is None or value > 0, f"{flag} must be > 0, got {value}")
+    if args.rm_type is not None and args.rm_type.endswith("remote_rm"):
+        require(args.rm_url is not None, f"--rm-type {args.rm_type} needs --rm-url")
+    if args.over_sampling_batch_size is None:
+        args.over_sampling_batch_size = args.rollout_batch_size
+    elif args.rollout_batch_size is not None:
+        require(args.over_sampling_batch_size >= args.rollout_batch_size,
+                f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
+                f"--rollout-batch-size {args.rollout_batch_size}")
+    _validate_hf_checkpoint(args, warnings)
+    return warnings
