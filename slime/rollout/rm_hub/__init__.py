@@ -1,0 +1,65 @@
+"""Reward hub: turns a finished `Sample` into a reward (slime-compatible `async_rm` API).
+
+Owns the entry points users import, `async_rm(args, sample, **kwargs)` and
+`batched_async_rm(args, samples, **kwargs)`. The reward comes from, in order: the custom
+function at `sample.custom_rm_path` or `--custom-rm-path` (`async def rm(args, sample)`), else
+the built-in type named by `sample.metadata["rm_type"]`, else `--rm-type` (see `registry`).
+With `--group-rm` the custom function is called once per group: `async def rm(args, samples)`.
+
+`args` fields read: `rm_type`, `custom_rm_path`, `group_rm`, `rm_url` (remote_rm). Dict rewards
+(e.g. `dapo`) are returned whole; `Sample.get_reward_value(args)` picks `--reward-key` later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
+from slime.utils.misc import load_function
+
+__all__ = ["async_rm", "batched_async_rm", "resolve_rm_type"]
+
+
+def resolve_rm_type(args, sample) -> str:
+    """The built-in reward type for `sample`: metadata["rm_type"] overrides `--rm-type`."""
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    rm_type = metadata.get("rm_type") or args.rm_type
+    if not rm_type:
+        raise ValueError(
+            "no reward model configured: set --rm-type (one of "
+            f"{', '.join(known_rm_types())}) or --custom-rm-path, or put 'rm_type' in the "
+            "sample's metadata"
+        )
+    return str(rm_type)
+
+
+async def async_rm(args, sample, **kwargs) -> Any:
+    """Reward of one sample: a float, or a dict for dict-valued types (`dapo`, custom, remote).
+
+    `kwargs` go to the custom function or to `remote_rm` (`max_attempts`, `base_delay`,
+    `timeout`). Raises ValueError for a missing or unknown reward type.
+    """
+    custom_path = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
+    if custom_path:
+        return await load_function(custom_path)(args, sample, **kwargs)
+    return await get_reward_fn(resolve_rm_type(args, sample))(args, sample, **kwargs)
+
+
+async def batched_async_rm(args, samples: list, **kwargs) -> list:
+    """Rewards of `samples`, in order.
+
+    With `--group-rm` the `--custom-rm-path` function is awaited once with the whole list and must
+    return one reward per sample; otherwise `async_rm` runs for every sample concurrently.
+    """
+    if args.group_rm:
+        if not args.custom_rm_path:
+            raise ValueError("--group-rm needs --custom-rm-path (async def rm(args, samples))")
+        rewards = await load_function(args.custom_rm_path)(args, samples, **kwargs)
+        if len(rewards) != len(samples):
+            raise ValueError(
+                f"--custom-rm-path {args.custom_rm_path} returned {len(rewards)} rewards for "
+                f"{len(samples)} samples (--group-rm expects one per sample)"
+            )
+        return list(rewards)
+    return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))

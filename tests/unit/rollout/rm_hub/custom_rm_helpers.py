@@ -1,0 +1,25 @@
+"""Custom reward functions loaded by the tests through --custom-rm-path (dotted paths)."""
+
+
+async def rm(args, sample):
+    """Reward = length of the response, so the test can tell it was called on this sample."""
+    return float(len(sample.response))
+
+
+async def rm_with_bonus(args, sample, bonus=0.0):
+    """Shows that async_rm forwards keyword arguments to the custom function."""
+    return float(len(sample.response)) + bonus
+
+
+async def group_rm(args, samples):
+    """One call for the whole group: rank of each response length within the group."""
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].response))
+    ranks = [0.0] * len(samples)
+    for rank, i in enumerate(order):
+        ranks[i] = float(rank)
+    return ranks
+
+
+async def short_group_rm(args, samples):
+    """A broken group rm that returns one reward too few."""
+    return [0.0] * (len(samples) - 1)

@@ -1,0 +1,110 @@
+"""The slime-compatible entry points async_rm / batched_async_rm and the reward-type registry."""
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
+from slime.utils.types import Sample
+
+HELPERS = "tests.unit.rollout.rm_hub.custom_rm_helpers"
+
+
+def make_args(**overrides):
+    fields = dict(rm_type=None, custom_rm_path=None, group_rm=False, rm_url=None, reward_key=None)
+    fields.update(overrides)
+    return SimpleNamespace(**fields)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_rm_type_from_args():
+    sample = Sample(response=r"So $x = \boxed{\dfrac{3}{4}}$.", label="0.75")
+    assert run(async_rm(make_args(rm_type="math"), sample)) == 1.0
+    sample = Sample(response=r"So $x = \boxed{0.76}$.", label="0.75")
+    assert run(async_rm(make_args(rm_type="math"), sample)) == 0.0
+
+
+def test_metadata_rm_type_overrides_flag():
+    sample = Sample(response="Answer: 36", label="36", metadata={"rm_type": "dapo"})
+    reward = run(async_rm(make_args(rm_type="math"), sample))
+    assert reward == {"score": 1.0, "acc": True, "pred": "36"}
+
+
+def test_boxed_prefix_scores_only_the_last_boxed_content():
+    args = make_args(rm_type="boxed_f1")
+    # Plain f1 would be diluted by the reasoning words; boxed_f1 sees only "Paris".
+    sample = Sample(response=r"The capital of France is \boxed{Paris}", label="Paris")
+    assert run(async_rm(args, sample)) == pytest.approx(1.0)
+    assert run(async_rm(make_args(rm_type="f1"), sample)) < 1.0
+    # boxed_deepscaler compares the boxed answer directly (no </think> needed).
+    sample = Sample(response=r"\boxed{2\sqrt{2}}", label=r"\sqrt{8}")
+    assert run(async_rm(make_args(rm_type="boxed_deepscaler"), sample)) == 1.0
+    assert run(async_rm(make_args(rm_type="deepscaler"), sample)) == 0.0
+
+
+def test_boxed_prefix_without_boxed_scores_as_wrong():
+    sample = Sample(response="Answer: 36", label="36")
+    assert run(async_rm(make_args(rm_type="boxed_dapo"), sample))["score"] == -1.0
+    assert run(async_rm(make_args(rm_type="boxed_math"), sample)) == 0.0
+
+
+def test_random_is_seeded_by_sample_index():
+    args = make_args(rm_type="random")
+    rewards = [run(async_rm(args, Sample(response="x", index=i))) for i in range(40)]
+    again = [run(async_rm(args, Sample(response="x", index=i))) for i in range(40)]
+    assert rewards == again
+    assert set(rewards) == {0.0, 1.0}
+
+
+def test_missing_rm_type_names_the_flags():
+    with pytest.raises(ValueError, match="--rm-type.*--custom-rm-path"):
+        run(async_rm(make_args(), Sample(response="1", label="1")))
+
+
+def test_unknown_rm_type_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown rm_type 'maths'.*boxed_math"):
+        get_reward_fn("maths")
+    assert "remote_rm" in known_rm_types() and "boxed_gpqa" in known_rm_types()
+
+
+def test_local_type_rejects_options():
+    with pytest.raises(TypeError, match="takes no options"):
+        run(async_rm(make_args(rm_type="math"), Sample(response="1", label="1"), max_attempts=2))
+
+
+def test_custom_rm_path_and_kwargs():
+    sample = Sample(response="abcd", label="ignored")
+    assert run(async_rm(make_args(rm_type="math", custom_rm_path=f"{HELPERS}.rm"), sample)) == 4.0
+    args = make_args(custom_rm_path=f"{HELPERS}.rm_with_bonus")
+    assert run(async_rm(args, sample, bonus=0.5)) == 4.5
+
+
+def test_per_sample_custom_rm_path():
+    sample = Sample(response="abc", label="3", custom_rm_path=f"{HELPERS}.rm")
+    assert run(async_rm(make_args(rm_type="math"), sample)) == 3.0
+
+
+def test_batched_gathers_per_sample_in_order():
+    answers = ("2", "3", "2.0", r"\frac{4}{2}")
+    samples = [Sample(response=rf"\boxed{{{v}}}", label="2") for v in answers]
+    assert run(batched_async_rm(make_args(rm_type="math"), samples)) == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_group_rm_calls_custom_once_with_the_group():
+    samples = [Sample(response=r) for r in ("ccc", "a", "bb")]
+    args = make_args(custom_rm_path=f"{HELPERS}.group_rm", group_rm=True)
+    assert run(batched_async_rm(args, samples)) == [2.0, 0.0, 1.0]
+
+
+def test_group_rm_errors():
+    samples = [Sample(response="a"), Sample(response="b")]
+    with pytest.raises(ValueError, match="--group-rm needs --custom-rm-path"):
+        run(batched_async_rm(make_args(group_rm=True, rm_type="math"), samples))
+    args = make_args(custom_rm_path=f"{HELPERS}.short_group_rm", group_rm=True)
+    with pytest.raises(ValueError, match="returned 1 rewards for 2 samples"):
+        run(batched_async_rm(args, samples))
