@@ -144,15 +144,13 @@ def build_samples(
     prompt = row[input_key] (a string or a list of {"role", "content"} messages); with
     `apply_chat_template` a string becomes one user message and the tokenizer's chat template is
     rendered (tokenize=False, add_generation_prompt=True, tools=row[tool_key] when present, plus
-    `apply_chat_template_kwargs`). label = row[label_key]; metadata = row[metadata_key] or {}.
+    `apply_chat_template_kwargs`, a dict or its JSON string). label = row[label_key]; metadata = row[metadata_key] or {}.
     Prompts longer than `max_prompt_len` tokens are dropped (the count is logged). `source` names
     the data in error messages. `tokenizer` is needed only for the chat template / length filter.
     """
-    template_kwargs = dict(apply_chat_template_kwargs or {})
+    template_kwargs = dict(_maybe_json(apply_chat_template_kwargs) or {})
     if (apply_chat_template or max_prompt_len is not None) and tokenizer is None:
-        raise ValueError(
-            "--apply-chat-template / --rollout-max-prompt-len need a tokenizer (--hf-checkpoint)"
-        )
+        raise ValueError("--apply-chat-template / --rollout-max-prompt-len need a tokenizer")
     samples, dropped = [], 0
     for i, row in enumerate(rows, start=1):
         if row.get(input_key) is None:
@@ -165,13 +163,11 @@ def build_samples(
         if max_prompt_len is not None and _prompt_token_count(prompt, tokenizer) > max_prompt_len:
             dropped += 1
             continue
+        metadata = _maybe_json(row.get(metadata_key)) if metadata_key else None
+        label = row.get(label_key) if label_key else None
         samples.append(
-            Sample(
-                prompt=prompt,
-                label=row.get(label_key) if label_key else None,
-                metadata=dict(_maybe_json(row.get(metadata_key)) or {}) if metadata_key else {},
-                apply_chat_template_kwargs=dict(template_kwargs),
-            )
+            Sample(prompt=prompt, label=label, metadata=dict(metadata or {}),
+                   apply_chat_template_kwargs=dict(template_kwargs))
         )
     if dropped:
         logger.info(

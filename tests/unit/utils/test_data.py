@@ -120,7 +120,7 @@ def test_tools_and_template_kwargs_reach_the_template(tiny_moe_hf):
     rows = [{"input": "q", "tools": json.dumps([{"name": "calc"}])}, {"input": "r"}]
     samples = build_samples(
         rows, tokenizer=tok, input_key="input", tool_key="tools", apply_chat_template=True,
-        apply_chat_template_kwargs={"shout": True},
+        apply_chat_template_kwargs='{"shout": true}',
     )
     assert [s.prompt for s in samples] == ["<user>q[tools:calc]!<assistant>", "<user>r!<assistant>"]
     assert samples[0].apply_chat_template_kwargs == {"shout": True}
