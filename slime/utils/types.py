@@ -137,6 +137,9 @@ class Sample:
         if isinstance(data.get("prefix_cache_info"), dict):
             data["prefix_cache_info"] = PrefixCacheInfo(**data["prefix_cache_info"])
         names = {f.name for f in dataclasses.fields(cls)}
+        clashes = sorted(k for k in data if k not in names and hasattr(cls, k))
+        if clashes:
+            raise ValueError(f"Sample.from_dict: keys {clashes} would shadow Sample attributes")
         sample = cls(**{k: v for k, v in data.items() if k in names})
         for key, value in data.items():
             if key not in names:
