@@ -18,7 +18,7 @@ import sympy
 
 MAX_EXPR_CHARS = 200
 MAX_TOKENS = 120
-MAX_NUMBER_DIGITS = 40
+MAX_NUMBER_DIGITS = 64
 MAX_NUMERIC_EXPONENT = 64
 MAX_POWER_BITS = 4096
 REL_TOL = 1e-9
@@ -237,7 +237,9 @@ class _Parser:
         if kind == "name" and text in _CONSTANTS:
             return _CONSTANTS[text]
         if kind == "name" and text in _FUNCTIONS:
-            return _FUNCTIONS[text](self.power())
+            if self.peek() == ("op", "("):  # sin(x)^2 is (sin x)^2: power() applies the ^ later
+                return _FUNCTIONS[text](self.primary())
+            return _FUNCTIONS[text](self.power())  # sin x^2 is sin(x^2)
         if kind == "name":
             return sympy.Symbol(text)
         if text == "(":
@@ -299,10 +301,10 @@ def sympy_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
     Exact rationals compare exactly; other symbol-free values within a relative 1e-9; expressions
     with symbols must agree at a few probe points and then simplify to a zero difference.
     """
+    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
+        return False  # 1/0 is no answer, and must not equal 2/0
     if a == b:
         return True
-    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
-        return False
     diff = a - b
     if diff.is_Rational:
         return diff == 0

@@ -113,6 +113,13 @@ def _short_latex_args(s: str) -> str:
     return re.sub(r"\\frac\{([^{}]*)\}\s*([0-9a-zA-Z])", r"\\frac{\1}{\2}", s)
 
 
+def _between_letters(match: re.Match) -> bool:
+    """Whether a whitespace match sits between two ASCII letters."""
+    text, start, end = match.string, match.start(), match.end()
+    pair = text[start - 1 : start] + text[end : end + 1]
+    return len(pair) == 2 and pair.isascii() and pair.isalpha()
+
+
 def normalize_answer(answer) -> str:
     """Canonical string form of a final answer (see the module docstring for what it folds).
 
@@ -134,7 +141,8 @@ def normalize_answer(answer) -> str:
         s = match.group("rhs").strip()
     s = _strip_units(s)
     s = _short_latex_args(s)
-    s = re.sub(r"\s+", "", s)
+    # Drop whitespace, except one space between letters: "\\sin x" must not become "\\sinx".
+    s = re.sub(r"\s+", lambda m: " " if _between_letters(m) else "", s)
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace(",", "")
     return _canonical_decimal(s)

@@ -40,6 +40,10 @@ EQUIVALENT = [
     (r"\frac{\pi}{2}", r"\pi/2"),
     ("x^2+2x+1", "(x+1)^2"),
     (r"-\frac{7}{3}", "-7/3"),
+    ("10^{3}", "1000"),
+    (r"\sin(x)^2+\cos(x)^2", "1"),
+    (r"\sin(2x)", r"2\sin x\cos x"),
+    ("1/(x-37/100)", "1/(x-0.37)"),
 ]
 
 NOT_EQUIVALENT = [
@@ -56,6 +60,8 @@ NOT_EQUIVALENT = [
     ("12m", "12"),  # a single-letter unit is only dropped after a space: 12m may be a product
     ("", "0"),
     ("42", "4 2 0"),
+    (r"\frac{1}{0}", r"\frac{2}{0}"),  # undefined values are never equal
+    (r"\sin x^2", r"\sin(x)^2"),
 ]
 
 
