@@ -208,7 +208,8 @@ def compute_advantages_and_returns(
             f"batch sizes disagree: {len(rewards)} rewards, {len(loss_masks)} loss masks, "
             f"{len(response_lengths)} response lengths, {len(total_lengths)} total lengths"
         )
-    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    device = loss_masks[0].device if loss_masks else None
+    rewards = torch.as_tensor(rewards, dtype=torch.float32, device=device)
     kl = _per_token_kl(log_probs, ref_log_probs, loss_masks, kl_coef, kl_loss_type)
     advantages, returns = ADVANTAGE_ESTIMATORS[estimator](
         rewards=rewards, kl=kl, values=values, loss_masks=loss_masks, response_lengths=response_lengths,

@@ -131,13 +131,18 @@ def _last_trained_index(loss_mask: torch.Tensor) -> int | None:
 
 
 def _discounted_cumsum(token_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1}, computed backwards over a 1-D tensor."""
-    returns = torch.zeros_like(token_rewards)
-    running = torch.zeros((), dtype=token_rewards.dtype, device=token_rewards.device)
-    for t in range(token_rewards.numel() - 1, -1, -1):
-        running = token_rewards[t] + gamma * running
-        returns[t] = running
-    return returns
+    """G_t = r_t + gamma * G_{t+1}, backwards over a 1-D tensor; a constant (no gradient).
+
+    The recursion runs on Python floats: one host sync per sample instead of one device op per
+    token, which matters for responses of thousands of tokens.
+    """
+    returns = []
+    running = 0.0
+    for r in reversed(token_rewards.detach().double().tolist()):
+        running = r + gamma * running
+        returns.append(running)
+    returns.reverse()
+    return torch.tensor(returns, dtype=token_rewards.dtype, device=token_rewards.device)
 
 
 def _check_lengths(i: int, token_tensor: torch.Tensor, mask: torch.Tensor, response_len: int, total_len: int):
