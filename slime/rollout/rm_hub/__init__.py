@@ -4,7 +4,8 @@ Owns the entry points users import, `async_rm(args, sample, **kwargs)` and
 `batched_async_rm(args, samples, **kwargs)`. The reward comes from, in order: the custom
 function at `sample.custom_rm_path` or `--custom-rm-path` (`async def rm(args, sample)`), else
 the built-in type named by `sample.metadata["rm_type"]`, else `--rm-type` (see `registry`).
-With `--group-rm` the custom function is called once per group: `async def rm(args, samples)`.
+With `--group-rm` and `--custom-rm-path` the custom function is called once per group:
+`async def rm(args, samples) -> list`; with a built-in type the samples are scored one by one.
 
 `args` fields read: `rm_type`, `custom_rm_path`, `group_rm`, `rm_url` (remote_rm). Dict rewards
 (e.g. `dapo`) are returned whole; `Sample.get_reward_value(args)` picks `--reward-key` later.
@@ -13,6 +14,7 @@ With `--group-rm` the custom function is called once per group: `async def rm(ar
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
@@ -34,6 +36,12 @@ def resolve_rm_type(args, sample) -> str:
     return str(rm_type)
 
 
+async def _call_custom(path: str, args, sample_or_samples, **kwargs) -> Any:
+    """Call the custom reward function at `path` (async, or sync for convenience)."""
+    out = load_function(path)(args, sample_or_samples, **kwargs)
+    return await out if inspect.isawaitable(out) else out
+
+
 async def async_rm(args, sample, **kwargs) -> Any:
     """Reward of one sample: a float, or a dict for dict-valued types (`dapo`, custom, remote).
 
@@ -42,20 +50,19 @@ async def async_rm(args, sample, **kwargs) -> Any:
     """
     custom_path = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
     if custom_path:
-        return await load_function(custom_path)(args, sample, **kwargs)
+        return await _call_custom(custom_path, args, sample, **kwargs)
     return await get_reward_fn(resolve_rm_type(args, sample))(args, sample, **kwargs)
 
 
 async def batched_async_rm(args, samples: list, **kwargs) -> list:
     """Rewards of `samples`, in order.
 
-    With `--group-rm` the `--custom-rm-path` function is awaited once with the whole list and must
-    return one reward per sample; otherwise `async_rm` runs for every sample concurrently.
+    With `--group-rm` and `--custom-rm-path`, the custom function is awaited once with the whole
+    list and must return one reward per sample. Otherwise (including `--group-rm` with a built-in
+    `--rm-type`) `async_rm` runs for every sample concurrently.
     """
-    if args.group_rm:
-        if not args.custom_rm_path:
-            raise ValueError("--group-rm needs --custom-rm-path (async def rm(args, samples))")
-        rewards = await load_function(args.custom_rm_path)(args, samples, **kwargs)
+    if args.group_rm and args.custom_rm_path:
+        rewards = await _call_custom(args.custom_rm_path, args, samples, **kwargs)
         if len(rewards) != len(samples):
             raise ValueError(
                 f"--custom-rm-path {args.custom_rm_path} returned {len(rewards)} rewards for "

@@ -23,3 +23,8 @@ async def group_rm(args, samples):
 async def short_group_rm(args, samples):
     """A broken group rm that returns one reward too few."""
     return [0.0] * (len(samples) - 1)
+
+
+def sync_rm(args, sample):
+    """A plain (non-async) custom reward function."""
+    return float(len(sample.response))

@@ -101,10 +101,24 @@ def test_group_rm_calls_custom_once_with_the_group():
     assert run(batched_async_rm(args, samples)) == [2.0, 0.0, 1.0]
 
 
-def test_group_rm_errors():
+def test_group_rm_with_builtin_type_scores_each_sample():
+    samples = [Sample(response=r"\boxed{2}", label="2"), Sample(response=r"\boxed{3}", label="2")]
+    assert run(batched_async_rm(make_args(group_rm=True, rm_type="math"), samples)) == [1.0, 0.0]
+
+
+def test_group_rm_wrong_length_is_an_error():
     samples = [Sample(response="a"), Sample(response="b")]
-    with pytest.raises(ValueError, match="--group-rm needs --custom-rm-path"):
-        run(batched_async_rm(make_args(group_rm=True, rm_type="math"), samples))
     args = make_args(custom_rm_path=f"{HELPERS}.short_group_rm", group_rm=True)
     with pytest.raises(ValueError, match="returned 1 rewards for 2 samples"):
         run(batched_async_rm(args, samples))
+
+
+def test_sync_custom_rm_is_accepted():
+    args = make_args(custom_rm_path=f"{HELPERS}.sync_rm")
+    assert run(async_rm(args, Sample(response="abcdef"))) == 6.0
+
+
+def test_flag_choices_match_the_registry():
+    from slime.utils.arguments.rollout import RM_TYPES
+
+    assert sorted(RM_TYPES) == sorted(known_rm_types())
