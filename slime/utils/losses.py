@@ -54,16 +54,17 @@ def get_sum_of_sample_mean(
         for i, (total, resp) in enumerate(zip(total_lengths, response_lengths)):
             if total < resp:
                 raise ValueError(f"sample {i}: total_length {total} < response_length {resp}")
-    lengths = list(response_lengths)
+    # One weight per token: the mask itself (token sum) or mask / max(sample's mask sum, 1).
+    if calculate_per_token_loss:
+        weights = masks
+    else:
+        weights = [m / m.sum().clamp_min(1) for m in masks]
+    flat_weights = torch.cat(weights) if weights else torch.zeros(0)
 
     def reduce(x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != sum(lengths):
-            raise ValueError(f"reducer got {x.numel()} tokens, expected {sum(lengths)}")
-        parts = x.split(lengths)
-        if calculate_per_token_loss:
-            return sum(((p * m).sum() for p, m in zip(parts, masks)), x.new_zeros(()))
-        means = ((p * m).sum() / m.sum().clamp_min(1) for p, m in zip(parts, masks))
-        return sum(means, x.new_zeros(()))
+        if x.numel() != flat_weights.numel():
+            raise ValueError(f"reducer got {x.numel()} tokens, expected {flat_weights.numel()}")
+        return (x * flat_weights.to(x.device)).sum()
 
     return reduce
 
