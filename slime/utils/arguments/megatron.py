@@ -227,7 +227,7 @@ def _check_layers(args: argparse.Namespace) -> None:
     freq = args.moe_layer_freq
     if isinstance(freq, list) and args.num_layers is not None:
         require(len(freq) == args.num_layers,
-                f"--moe-layer-freq has {len(freq)} entries but --num-layers is {args.num_layers}")
+                f"--moe-layer-freq has {len(freq)} entries but --num-layers {args.num_layers} needs one per layer")
     uneven = args.decoder_first_pipeline_num_layers or args.decoder_last_pipeline_num_layers
     if args.num_layers is not None and not uneven:
         require(args.num_layers % args.pipeline_model_parallel_size == 0,

@@ -149,7 +149,8 @@ def passthrough_fields(fields: list[dict]) -> list[dict]:
     return [f for f in fields if f["name"] not in EXCLUDED_FIELDS and f"sglang_{f['name']}" not in _OWN_DESTS]
 
 
-def _add_passthrough(group, entry: dict) -> None:
+def add_passthrough_flag(group, entry: dict) -> None:
+    """Add ``--sglang-<name>`` (dest ``sglang_<name>``) for one passthrough record to ``group``."""
     flag, dest = "--sglang-" + entry["name"].replace("_", "-"), "sglang_" + entry["name"]
     kind, default = entry["kind"], entry["default"]
     help_text = f"SGLang ServerArgs.{entry['name']} ({entry['annotation']})."
@@ -184,7 +185,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sglang", "SGLang engines (ServerArgs passthrough) and sglang-router.")
     _add_own(group)
     for entry in passthrough_fields(server_arg_fields()):
-        _add_passthrough(group, entry)
+        add_passthrough_flag(group, entry)
 
 
 def engine_tp_size(args: argparse.Namespace) -> int:
