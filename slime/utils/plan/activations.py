@@ -96,9 +96,10 @@ def stage_activations(s: ModelShape, lay: ParallelLayout, layers: range, tokens:
 
     ``recompute``: {"granularity": None|"full"|"selective", "method": "uniform"|"block",
     "num_layers": n}. none: every layer's activations; selective: core attention dropped;
-    full+uniform: one checkpointed input per group of n layers plus the working set of one group
-    recomputed and one layer's gradients; full+block: the first n layers checkpointed, the rest
-    stored, plus one layer's working set.
+    full+uniform: one checkpointed input per group of n layers plus the working set of one
+    recomputed group; full+block: the first n layers keep only their input, plus the larger
+    of the stored later layers and one recomputed layer's working set. Transient gradient
+    buffers of the layer in backward are not counted in any mode (fragmentation covers them).
     """
     per_layer = [layer_activations(s, lay, i, tokens, seq_len, flash) for i in layers]
     if not per_layer:
@@ -111,10 +112,12 @@ def stage_activations(s: ModelShape, lay: ParallelLayout, layers: range, tokens:
     n = max(1, recompute.get("num_layers") or 1)
     largest = max(a.total for a in per_layer)
     if recompute.get("method", "uniform") == "block":
+        # Backward runs last layer first: by the time a checkpointed layer is recomputed, the
+        # stored layers after it are freed, so the peak is the larger of the two.
         stored = sum(a.total for a in per_layer[n:])
-        return stored + min(n, len(per_layer)) * _checkpoint_bytes(s, lay, tokens) + largest
+        return min(n, len(per_layer)) * _checkpoint_bytes(s, lay, tokens) + max(stored, largest)
     groups = -(-len(per_layer) // n)
-    return groups * _checkpoint_bytes(s, lay, tokens) + min(n, len(per_layer)) * largest + largest
+    return groups * _checkpoint_bytes(s, lay, tokens) + min(n, len(per_layer)) * largest
 
 
 def logits_bytes(s: ModelShape, lay: ParallelLayout, tokens: int) -> int:

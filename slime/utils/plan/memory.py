@@ -163,12 +163,16 @@ def _activation_config(args: Namespace, lay: ParallelLayout):
     return tokens, min(seq_len, tokens) if seq_len else tokens, recompute, flash
 
 
-def trainer_memory(args: Namespace, s: ModelShape, lay: ParallelLayout) -> TrainerMemory:
-    """Memory of one trainer GPU on the pipeline stage that needs the most."""
+def stage_memories(args: Namespace, s: ModelShape, lay: ParallelLayout) -> list[TrainerMemory]:
+    """Memory of one trainer GPU on each pipeline stage, stage 0 first."""
     prec = precision_from_args(args)
     act_cfg = _activation_config(args, lay)
-    stages = [_stage_memory(args, s, lay, prec, stage, act_cfg) for stage in range(lay.pp)]
-    return max(stages, key=lambda m: m.total)
+    return [_stage_memory(args, s, lay, prec, stage, act_cfg) for stage in range(lay.pp)]
+
+
+def trainer_memory(args: Namespace, s: ModelShape, lay: ParallelLayout) -> TrainerMemory:
+    """Memory of one trainer GPU on the pipeline stage that needs the most."""
+    return max(stage_memories(args, s, lay), key=lambda m: m.total)
 
 
 @dataclass
