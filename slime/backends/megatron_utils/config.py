@@ -1,0 +1,227 @@
+"""Megatron-core configs built from parsed arguments.
+
+Owns the translation from the Megatron-LM flag vocabulary (``args`` from
+``slime.utils.arguments.parse_args``) to megatron-core's typed configs:
+``TransformerConfig`` (model shape, MoE, parallelism, recompute),
+``OptimizerConfig`` and ``DistributedDataParallelConfig``. Nothing here builds
+modules or touches process groups.
+"""
+
+import argparse
+import ast
+import importlib.util
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# args dest -> TransformerConfig field, copied as is when present on args.
+_TRANSFORMER_FIELDS = {
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "kv_channels": "kv_channels",
+    "norm_epsilon": "layernorm_epsilon",
+    "qk_layernorm": "qk_layernorm",
+    "attention_dropout": "attention_dropout",
+    "hidden_dropout": "hidden_dropout",
+    "init_method_std": "init_method_std",
+    "tensor_model_parallel_size": "tensor_model_parallel_size",
+    "pipeline_model_parallel_size": "pipeline_model_parallel_size",
+    "context_parallel_size": "context_parallel_size",
+    "expert_model_parallel_size": "expert_model_parallel_size",
+    "sequence_parallel": "sequence_parallel",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_router_topk": "moe_router_topk",
+    "moe_router_score_function": "moe_router_score_function",
+    "moe_token_dispatcher_type": "moe_token_dispatcher_type",
+    "moe_grouped_gemm": "moe_grouped_gemm",
+    "moe_aux_loss_coeff": "moe_aux_loss_coeff",
+    "moe_router_pre_softmax": "moe_router_pre_softmax",
+    "moe_router_load_balancing_type": "moe_router_load_balancing_type",
+    "moe_token_drop_policy": "moe_token_drop_policy",
+    "moe_expert_capacity_factor": "moe_expert_capacity_factor",
+    "moe_permute_fusion": "moe_permute_fusion",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "moe_router_topk_scaling_factor": "moe_router_topk_scaling_factor",
+    "recompute_granularity": "recompute_granularity",
+    "recompute_method": "recompute_method",
+    "recompute_num_layers": "recompute_num_layers",
+    "attention_softmax_in_fp32": "attention_softmax_in_fp32",
+    "apply_query_key_layer_scaling": "apply_query_key_layer_scaling",
+    "calculate_per_token_loss": "calculate_per_token_loss",
+}
+
+_MOE_ONLY_FIELDS = {
+    "moe_ffn_hidden_size",
+    "moe_router_topk",
+    "moe_router_score_function",
+    "moe_token_dispatcher_type",
+    "moe_grouped_gemm",
+    "moe_aux_loss_coeff",
+    "moe_router_pre_softmax",
+    "moe_router_load_balancing_type",
+    "moe_token_drop_policy",
+    "moe_expert_capacity_factor",
+    "moe_permute_fusion",
+    "moe_shared_expert_intermediate_size",
+    "moe_router_topk_scaling_factor",
+}
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def params_dtype_from_args(args: argparse.Namespace) -> torch.dtype:
+    """Parameter dtype: bf16 / fp16 when asked (``--bf16`` / ``--fp16``), float32 otherwise."""
+    if getattr(args, "bf16", False):
+        return torch.bfloat16
+    if getattr(args, "fp16", False):
+        return torch.float16
+    return torch.float32
+
+
+def _eval_list_expr(node):
+    """Evaluate int / list literals joined by ``+`` and ``*`` (e.g. ``[0]*3+[1]*45``)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        left, right = _eval_list_expr(node.left), _eval_list_expr(node.right)
+        return left + right if isinstance(node.op, ast.Add) else left * right
+    return ast.literal_eval(node)
+
+
+def parse_moe_layer_freq(value, num_layers: int):
+    """Normalise ``--moe-layer-freq`` (int, list, or a string such as ``"[1]*48"``) for megatron.
+
+    Returns an int N (every N-th layer is MoE) or a list of 0/1 of length ``num_layers``.
+    """
+    if isinstance(value, str):
+        value = _eval_list_expr(ast.parse(value.strip(), mode="eval").body)
+    if isinstance(value, int):
+        return value
+    value = [int(v) for v in value]
+    if len(value) != num_layers:
+        raise ValueError(
+            f"--moe-layer-freq has {len(value)} entries but --num-layers is {num_layers}"
+        )
+    return value
+
+
+def _moe_fields(args: argparse.Namespace) -> dict:
+    """MoE-only TransformerConfig kwargs (empty for dense models)."""
+    num_experts = getattr(args, "num_experts", None)
+    if not num_experts:
+        return {}
+    kwargs = {"num_moe_experts": num_experts}
+    freq = getattr(args, "moe_layer_freq", 1)
+    kwargs["moe_layer_freq"] = parse_moe_layer_freq(freq if freq is not None else 1, args.num_layers)
+    router_dtype = getattr(args, "moe_router_dtype", None)
+    if router_dtype:
+        kwargs["moe_router_dtype"] = router_dtype
+    etp = getattr(args, "expert_tensor_parallel_size", None)
+    if etp is not None:
+        kwargs["expert_tensor_parallel_size"] = etp
+    return kwargs
+
+
+def _group_query_fields(args: argparse.Namespace) -> dict:
+    """``num_query_groups`` only when GQA is on (megatron's default is MHA)."""
+    groups = getattr(args, "num_query_groups", None)
+    if groups and (getattr(args, "group_query_attention", True) or groups != args.num_attention_heads):
+        return {"num_query_groups": groups}
+    return {}
+
+
+def transformer_config_from_args(args: argparse.Namespace, **overrides):
+    """Build megatron-core ``TransformerConfig`` for Qwen3 dense / MoE from Megatron-LM args.
+
+    RMSNorm / LayerNorm from ``--normalization``, SwiGLU (gated linear unit + silu) from
+    ``--swiglu``, bias from ``--disable-bias-linear`` (``add_bias_linear``), fp32 unless
+    ``--bf16`` / ``--fp16``. ``overrides`` are passed last (e.g. ``pipeline_dtype``).
+    """
+    from megatron.core.transformer import TransformerConfig
+
+    kwargs = {}
+    for src, dst in _TRANSFORMER_FIELDS.items():
+        value = getattr(args, src, None)
+        if value is None or (dst in _MOE_ONLY_FIELDS and not getattr(args, "num_experts", None)):
+            continue
+        kwargs[dst] = value
+    dtype = params_dtype_from_args(args)
+    swiglu = bool(getattr(args, "swiglu", False))
+    kwargs.update(
+        normalization=getattr(args, "normalization", "LayerNorm") or "LayerNorm",
+        gated_linear_unit=swiglu,
+        activation_func=torch.nn.functional.silu if swiglu else torch.nn.functional.gelu,
+        add_bias_linear=bool(getattr(args, "add_bias_linear", True)),
+        add_qkv_bias=bool(getattr(args, "add_qkv_bias", False)),
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        use_cpu_initialization=not torch.cuda.is_available(),
+    )
+    kwargs.update(_group_query_fields(args))
+    kwargs.update(_moe_fields(args))
+    kwargs.update(overrides)
+    return TransformerConfig(**kwargs)
+
+
+def optimizer_config_from_args(args: argparse.Namespace):
+    """Build megatron-core ``OptimizerConfig`` (adam / sgd, lr, betas, eps, wd, clip, offload)."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    dtype = params_dtype_from_args(args)
+    kwargs = dict(
+        optimizer=getattr(args, "optimizer", "adam") or "adam",
+        lr=getattr(args, "lr", None),
+        min_lr=getattr(args, "min_lr", None),
+        weight_decay=getattr(args, "weight_decay", 0.01),
+        adam_beta1=getattr(args, "adam_beta1", 0.9),
+        adam_beta2=getattr(args, "adam_beta2", 0.999),
+        adam_eps=getattr(args, "adam_eps", 1e-8),
+        clip_grad=getattr(args, "clip_grad", 1.0),
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        params_dtype=dtype,
+        use_distributed_optimizer=bool(getattr(args, "use_distributed_optimizer", False)),
+        optimizer_cpu_offload=bool(getattr(args, "optimizer_cpu_offload", False)),
+        overlap_cpu_optimizer_d2h_h2d=bool(getattr(args, "overlap_cpu_optimizer_d2h_h2d", False)),
+        use_precision_aware_optimizer=bool(getattr(args, "use_precision_aware_optimizer", False)),
+    )
+    for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kwargs[name] = _DTYPES[value] if isinstance(value, str) else value
+    if getattr(args, "optimizer_offload_fraction", None) is not None:
+        kwargs["optimizer_offload_fraction"] = args.optimizer_offload_fraction
+    elif kwargs["optimizer_cpu_offload"]:
+        kwargs["optimizer_offload_fraction"] = 1.0
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if kwargs["use_precision_aware_optimizer"] and importlib.util.find_spec("transformer_engine") is None:
+        raise ImportError(
+            "--use-precision-aware-optimizer needs Transformer Engine (megatron-core checks its "
+            "version and FusedAdam); install transformer_engine on GPU or drop the flag"
+        )
+    return OptimizerConfig(**kwargs)
+
+
+def ddp_config_from_args(args: argparse.Namespace):
+    """Build megatron-core ``DistributedDataParallelConfig`` from args."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    return DistributedDataParallelConfig(
+        grad_reduce_in_fp32=bool(getattr(args, "accumulate_allreduce_grads_in_fp32", False)),
+        overlap_grad_reduce=bool(getattr(args, "overlap_grad_reduce", False)),
+        overlap_param_gather=bool(getattr(args, "overlap_param_gather", False)),
+        use_distributed_optimizer=bool(getattr(args, "use_distributed_optimizer", False)),
+        check_for_nan_in_grad=bool(getattr(args, "check_for_nan_in_grad", False)),
+        bucket_size=getattr(args, "ddp_bucket_size", None),
+        average_in_collective=bool(getattr(args, "ddp_average_in_collective", False)),
+    )

@@ -1,0 +1,168 @@
+"""Named patches that let megatron-core run on a machine without CUDA.
+
+Owns every change we make to megatron-core / torch behaviour for CPU runs. Nothing
+is patched at import time: backend initialisation calls ``apply_cpu_compat()`` when
+``torch.cuda.is_available()`` is false. Each patch is a small function with a
+docstring saying why it is needed, which upstream version needs it and when it can
+go; each is idempotent (applying twice is a no-op) and reports whether it changed
+anything. Verified against megatron-core 0.16.1 on torch 2.13.0+cpu.
+"""
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_MARK = "_slime_cpu_compat"
+
+
+def _cpu_device(*_args, **_kwargs) -> torch.device:
+    """Stand-in for ``torch.cuda.current_device()``: the CPU device."""
+    return torch.device("cpu")
+
+
+_cpu_device.__dict__[_MARK] = True
+
+
+def patch_current_device() -> bool:
+    """``torch.cuda.current_device()`` -> ``torch.device('cpu')``.
+
+    Why: megatron-core 0.16.1 passes ``device=torch.cuda.current_device()`` when it
+    allocates buffers (rotary ``inv_freq`` moved "to GPU" on first forward, TP linear
+    layers' gather buffers, GPTModel's MTP / softmax-offset buffers), which raises
+    "Torch not compiled with CUDA enabled" on CPU builds. Can go when megatron asks a
+    device helper instead of CUDA directly (not the case up to 0.16.x).
+    """
+    if getattr(torch.cuda.current_device, _MARK, False):
+        return False
+    torch.cuda.current_device = _cpu_device
+    return True
+
+
+def _cpu_get_rng_state(device="cuda", clone: bool = False, graph_safe: bool = False):
+    """CPU twin of megatron's ``_get_cuda_rng_state``: the CPU generator state."""
+    return torch.get_rng_state()
+
+
+def _cpu_set_rng_state(new_state, device=-1, graph_safe: bool = False) -> None:
+    """CPU twin of megatron's ``_set_cuda_rng_state``."""
+    torch.set_rng_state(new_state)
+
+
+_cpu_get_rng_state.__dict__[_MARK] = True
+_cpu_set_rng_state.__dict__[_MARK] = True
+
+
+def patch_rng_tracker() -> bool:
+    """Megatron's CUDA RNG tracker forks the CPU generator instead of the CUDA one.
+
+    Why: attention dropout and expert / TP weight init run under
+    ``get_cuda_rng_tracker().fork()``, which reads and sets the CUDA generator state
+    (``_get_cuda_rng_state`` / ``_set_cuda_rng_state`` in
+    ``megatron.core.tensor_parallel.random``) and fails without CUDA (0.16.1). The
+    states themselves are registered by ``parallel._cpu_model_parallel_seed``. Can go
+    if megatron's tracker grows a CPU path.
+    """
+    from megatron.core.tensor_parallel import random as mp_random
+
+    if getattr(mp_random._get_cuda_rng_state, _MARK, False):
+        return False
+    mp_random._get_cuda_rng_state = _cpu_get_rng_state
+    mp_random._set_cuda_rng_state = _cpu_set_rng_state
+    return True
+
+
+def patch_te_general_gemm() -> bool:
+    """Define ``moe_utils.te_general_gemm = None`` when Transformer Engine is absent.
+
+    Why: megatron-core 0.16.1 imports ``te_general_gemm`` inside a ``try`` in
+    ``transformer/moe/moe_utils.py`` and leaves the name undefined on ImportError, but
+    ``router_gating_linear`` tests ``te_general_gemm is not None`` -> NameError in the
+    MoE router's forward. ``None`` makes it take its torch fallback. Can go when
+    upstream binds the name in the ``except`` branch.
+    """
+    from megatron.core.transformer.moe import moe_utils
+
+    if hasattr(moe_utils, "te_general_gemm"):
+        return False
+    moe_utils.te_general_gemm = None
+    return True
+
+
+def _map_device(device):
+    """``cuda`` / ``cuda:N`` / ``torch.device('cuda')`` / int -> ``cpu``; others unchanged."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return torch.device("cpu")
+    if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda":
+        return torch.device("cpu")
+    return device
+
+
+_CUDA_TYPE_NAMES = {
+    "torch.FloatTensor": "torch.cuda.FloatTensor",
+    "torch.HalfTensor": "torch.cuda.HalfTensor",
+    "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor",
+}
+
+
+class CudaToCpuMode(torch.overrides.TorchFunctionMode):
+    """Torch function mode that runs CUDA-addressed calls on the CPU.
+
+    ``device=`` keyword arguments naming CUDA become CPU, ``Tensor.cuda()`` returns the
+    tensor itself, and ``Tensor.type()`` (no argument) reports ``torch.cuda.*Tensor``
+    names so megatron's dtype checks accept CPU parameters.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return _CUDA_TYPE_NAMES.get(name, name)
+        if "device" in kwargs:
+            kwargs["device"] = _map_device(kwargs["device"])
+        if func is torch.Tensor.to and len(args) > 1:
+            args = (args[0], _map_device(args[1])) + tuple(args[2:])
+        return func(*args, **kwargs)
+
+
+def patch_cuda_device_mode() -> bool:
+    """Enter ``CudaToCpuMode`` for the calling thread for the rest of the process.
+
+    Why: megatron-core 0.16.1 allocates literal ``device='cuda'`` tensors (grad scaler,
+    optimizer ``found_inf`` / ``_scale_one``, ``clip_grads`` norms, token counters in
+    ``pipeline_parallel.schedules``), calls ``.cuda()`` when loading optimizer state,
+    the distributed optimizer accepts only ``param.type()`` in
+    ``torch.cuda.{Float,Half,BFloat16}Tensor``, and the local attention builds its
+    default causal mask with ``device="cuda"`` (``transformer.utils.get_default_causal_mask``).
+    Too many call sites to patch one by one; a torch function mode maps them all. Can go when megatron allocates on the
+    parameters' device (not the case up to 0.16.x).
+    """
+    from torch.overrides import _get_current_function_mode_stack
+
+    if any(isinstance(mode, CudaToCpuMode) for mode in _get_current_function_mode_stack()):
+        return False
+    CudaToCpuMode().__enter__()
+    return True
+
+
+CPU_PATCHES = {
+    "cuda_device_mode": patch_cuda_device_mode,
+    "current_device": patch_current_device,
+    "rng_tracker": patch_rng_tracker,
+    "te_general_gemm": patch_te_general_gemm,
+}
+
+
+def apply_cpu_compat() -> dict:
+    """Apply every patch in ``CPU_PATCHES``; returns ``{name: changed}``.
+
+    Call once from backend initialisation when CUDA is absent; safe to call again.
+    """
+    if torch.cuda.is_available():
+        raise RuntimeError("apply_cpu_compat() is for machines without CUDA")
+    changed = {name: patch() for name, patch in CPU_PATCHES.items()}
+    logger.info("megatron CPU compat patches: %s", changed)
+    return changed

@@ -1,0 +1,97 @@
+"""Transformer layer specs for the Megatron backend.
+
+Owns the choice between Transformer Engine specs (``--transformer-impl
+transformer_engine``, GPU) and our local spec (``local``): megatron-core's local
+GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 with
+sequence parallel (required by MoE) works without Transformer Engine.
+"""
+
+import copy
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def _require_transformer_engine() -> None:
+    """Raise a clear error when ``--transformer-impl transformer_engine`` lacks TE."""
+    from megatron.core.extensions import transformer_engine as te_ext
+
+    if not getattr(te_ext, "HAVE_TE", False):
+        raise ImportError(
+            "--transformer-impl transformer_engine needs the transformer_engine package "
+            "(GPU only: pip install transformer_engine[pytorch]); use --transformer-impl local "
+            "on CPU"
+        )
+
+
+def _swap_norms(layer_spec):
+    """Deep-copied layer spec whose RMSNorms (input, pre-MLP, q/k) are ours."""
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
+
+    spec = copy.deepcopy(layer_spec)
+    sub = spec.submodules
+    sub.input_layernorm = SequenceParallelRMSNorm
+    sub.pre_mlp_layernorm = SequenceParallelRMSNorm
+    attn = sub.self_attention.submodules
+    for name in ("q_layernorm", "k_layernorm"):
+        if getattr(attn, name) is not IdentityOp:
+            setattr(attn, name, SequenceParallelRMSNorm)
+    return spec
+
+
+def local_block_spec(config, vp_stage=None, pp_rank=None):
+    """Decoder block spec of megatron-core local modules for this PP stage.
+
+    With RMSNorm every norm is ``SequenceParallelRMSNorm``; MoE layers use
+    ``SequentialMLP`` experts (``mlp.experts.local_experts.{i}``).
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    block = get_gpt_decoder_block_spec(
+        config,
+        use_transformer_engine=False,
+        normalization=config.normalization,
+        vp_stage=vp_stage,
+        pp_rank=pp_rank,
+    )
+    if config.normalization != "RMSNorm":
+        return block
+    from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
+
+    swapped = {}
+    layers = []
+    for spec in block.layer_specs:
+        if id(spec) not in swapped:
+            swapped[id(spec)] = _swap_norms(spec)
+        layers.append(swapped[id(spec)])
+    block.layer_specs = layers
+    block.layer_norm = SequenceParallelRMSNorm
+    return block
+
+
+def te_block_spec(config, vp_stage=None, pp_rank=None):
+    """Decoder block spec of Transformer Engine modules for this PP stage (GPU only)."""
+    _require_transformer_engine()
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    return get_gpt_decoder_block_spec(
+        config,
+        use_transformer_engine=True,
+        normalization=config.normalization,
+        vp_stage=vp_stage,
+        pp_rank=pp_rank,
+    )
+
+
+BLOCK_SPECS = {"local": local_block_spec, "transformer_engine": te_block_spec}
+
+
+def block_spec_for(transformer_impl: str, config, vp_stage=None, pp_rank=None):
+    """Look up ``--transformer-impl`` in ``BLOCK_SPECS`` and build the block spec."""
+    if transformer_impl not in BLOCK_SPECS:
+        raise ValueError(
+            f"--transformer-impl {transformer_impl!r} is not one of {sorted(BLOCK_SPECS)}"
+        )
+    return BLOCK_SPECS[transformer_impl](config, vp_stage=vp_stage, pp_rank=pp_rank)

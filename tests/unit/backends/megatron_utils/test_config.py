@@ -1,0 +1,104 @@
+"""TransformerConfig / OptimizerConfig / DDP config built from Megatron-LM args."""
+
+import argparse
+import importlib.util
+
+import pytest
+import torch
+
+from slime.backends.megatron_utils.config import (
+    ddp_config_from_args,
+    optimizer_config_from_args,
+    parse_moe_layer_freq,
+    transformer_config_from_args,
+)
+
+# scripts/models/qwen3-30B-A3B.sh MODEL_ARGS, as parsed dest names.
+QWEN3_30B_A3B = dict(
+    num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
+    group_query_attention=True, num_query_groups=4, kv_channels=128, normalization="RMSNorm",
+    norm_epsilon=1e-6, position_embedding_type="rope", rotary_base=1000000, rotary_percent=1.0,
+    swiglu=True, add_bias_linear=False, qk_layernorm=True, untie_embeddings_and_output_weights=True,
+    vocab_size=151936, num_experts=128, moe_ffn_hidden_size=768, moe_router_topk=8,
+    moe_layer_freq="[1]*48", moe_router_score_function="softmax",
+    moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True, moe_router_dtype="fp32",
+    moe_aux_loss_coeff=1e-3, tensor_model_parallel_size=4, sequence_parallel=True,
+    pipeline_model_parallel_size=1, context_parallel_size=1, expert_model_parallel_size=8,
+    expert_tensor_parallel_size=1, recompute_granularity="full", recompute_method="uniform",
+    recompute_num_layers=1, bf16=True, attention_dropout=0.0, hidden_dropout=0.0,
+    init_method_std=0.02, lr=1e-6, optimizer="adam", adam_beta1=0.9, adam_beta2=0.98,
+    adam_eps=1e-8, weight_decay=0.1, clip_grad=1.0, use_distributed_optimizer=True,
+    optimizer_cpu_offload=True, overlap_cpu_optimizer_d2h_h2d=True,
+    use_precision_aware_optimizer=True, accumulate_allreduce_grads_in_fp32=True,
+)
+TINY_DENSE = dict(
+    num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+    group_query_attention=True, num_query_groups=2, kv_channels=16, normalization="RMSNorm",
+    norm_epsilon=1e-6, swiglu=True, add_bias_linear=False, qk_layernorm=True,
+    untie_embeddings_and_output_weights=True, vocab_size=128, tensor_model_parallel_size=1,
+    lr=1e-5, optimizer="adam", adam_beta1=0.9, adam_beta2=0.98, weight_decay=0.0, clip_grad=1.0,
+)
+TINY_MOE = dict(
+    TINY_DENSE, num_experts=8, moe_ffn_hidden_size=32, moe_router_topk=2, moe_layer_freq="[1, 1]",
+    moe_router_score_function="softmax", moe_token_dispatcher_type="allgather",
+    moe_router_dtype="fp32", expert_model_parallel_size=2, expert_tensor_parallel_size=1,
+)
+
+
+def _args(base, **kw):
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_qwen3_30b_a3b_transformer_config():
+    cfg = transformer_config_from_args(_args(QWEN3_30B_A3B))
+    assert (cfg.num_layers, cfg.hidden_size, cfg.ffn_hidden_size) == (48, 2048, 6144)
+    assert (cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels) == (32, 4, 128)
+    assert cfg.num_moe_experts == 128 and cfg.moe_router_topk == 8 and cfg.moe_ffn_hidden_size == 768
+    assert cfg.moe_layer_freq == [1] * 48
+    assert cfg.gated_linear_unit and cfg.activation_func is torch.nn.functional.silu
+    assert cfg.qk_layernorm and cfg.normalization == "RMSNorm" and not cfg.add_bias_linear
+    assert cfg.params_dtype == torch.bfloat16 and cfg.bf16
+    assert cfg.tensor_model_parallel_size == 4 and cfg.sequence_parallel
+    assert cfg.expert_model_parallel_size == 8 and cfg.expert_tensor_parallel_size == 1
+    assert cfg.recompute_granularity == "full" and cfg.recompute_num_layers == 1
+    assert cfg.moe_router_dtype == "fp32" and cfg.moe_aux_loss_coeff == 1e-3
+
+
+def test_qwen3_30b_a3b_optimizer_and_ddp_config():
+    args = _args(QWEN3_30B_A3B, use_precision_aware_optimizer=False)
+    opt = optimizer_config_from_args(args)
+    assert opt.optimizer == "adam" and opt.lr == 1e-6 and opt.bf16
+    assert (opt.adam_beta1, opt.adam_beta2, opt.adam_eps) == (0.9, 0.98, 1e-8)
+    assert opt.weight_decay == 0.1 and opt.clip_grad == 1.0
+    assert opt.use_distributed_optimizer and opt.optimizer_cpu_offload
+    assert opt.optimizer_offload_fraction == 1.0 and opt.overlap_cpu_optimizer_d2h_h2d
+    assert not opt.use_precision_aware_optimizer
+    ddp = ddp_config_from_args(args)
+    assert ddp.grad_reduce_in_fp32 and ddp.use_distributed_optimizer
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="TE present")
+def test_precision_aware_optimizer_without_te_names_the_flag():
+    with pytest.raises(ImportError, match="--use-precision-aware-optimizer needs Transformer Engine"):
+        optimizer_config_from_args(_args(QWEN3_30B_A3B))
+
+
+def test_tiny_configs_default_to_fp32_on_cpu():
+    dense = transformer_config_from_args(_args(TINY_DENSE))
+    assert dense.params_dtype == torch.float32 and not dense.bf16
+    assert dense.num_moe_experts is None
+    moe = transformer_config_from_args(_args(TINY_MOE))
+    assert moe.num_moe_experts == 8 and moe.moe_layer_freq == [1, 1]
+    assert moe.expert_model_parallel_size == 2
+    opt = optimizer_config_from_args(_args(TINY_MOE, exp_avg_dtype="fp32"))
+    assert opt.exp_avg_dtype == torch.float32 and not opt.bf16 and opt.params_dtype == torch.float32
+    assert not ddp_config_from_args(_args(TINY_DENSE)).grad_reduce_in_fp32
+
+
+def test_moe_layer_freq_forms():
+    assert parse_moe_layer_freq(1, 4) == 1
+    assert parse_moe_layer_freq("[0, 1, 1]", 3) == [0, 1, 1]
+    assert parse_moe_layer_freq("[1]*2", 2) == [1, 1]
+    assert parse_moe_layer_freq([1, 0], 2) == [1, 0]
+    with pytest.raises(ValueError, match="--moe-layer-freq has 2 entries but --num-layers is 3"):
+        parse_moe_layer_freq("[1, 1]", 3)
