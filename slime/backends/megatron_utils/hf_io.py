@@ -1,0 +1,127 @@
+"""Reading and writing Hugging Face safetensors checkpoints.
+
+Owns ``HFCheckpoint`` (lazy, per-tensor reads from ``model.safetensors`` or a
+sharded ``model.safetensors.index.json`` folder, plus its ``config.json``) and
+``save_hf_checkpoint`` (writes safetensors shards with an index and copies
+config / tokenizer / generation config files from the original HF folder).
+"""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# Files copied verbatim from the original HF folder next to exported weights.
+AUX_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
+
+
+def read_hf_config(hf_dir) -> dict:
+    """``config.json`` of an HF folder as a dict; raises naming the file when missing."""
+    path = Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: --hf-checkpoint must be a Hugging Face folder")
+    return json.loads(path.read_text())
+
+
+class HFCheckpoint:
+    """Lazy reader of an HF safetensors checkpoint folder (no tensor read until ``get``)."""
+
+    def __init__(self, hf_dir):
+        self.dir = Path(hf_dir)
+        self.config = read_hf_config(self.dir)
+        self._file_of = self._build_index()
+        self._handles = {}
+
+    def _build_index(self) -> dict:
+        from safetensors import safe_open
+
+        index = self.dir / INDEX_FILE
+        if index.is_file():
+            return dict(json.loads(index.read_text())["weight_map"])
+        single = self.dir / SINGLE_FILE
+        if not single.is_file():
+            raise FileNotFoundError(f"neither {index} nor {single} exists")
+        with safe_open(str(single), framework="pt") as handle:
+            return {name: SINGLE_FILE for name in handle.keys()}
+
+    def keys(self) -> list:
+        """All tensor names in the checkpoint."""
+        return list(self._file_of)
+
+    def get(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` (CPU); raises KeyError naming the folder when absent."""
+        from safetensors import safe_open
+
+        if name not in self._file_of:
+            raise KeyError(f"tensor {name!r} not found in HF checkpoint {self.dir}")
+        fname = self._file_of[name]
+        if fname not in self._handles:
+            self._handles[fname] = safe_open(str(self.dir / fname), framework="pt")
+        return self._handles[fname].get_tensor(name)
+
+
+def _shards(named: Iterable, max_shard_bytes: int) -> list:
+    shards, current, size = [], {}, 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = tensor.contiguous()
+        size += nbytes
+    if current:
+        shards.append(current)
+    return shards
+
+
+def save_hf_checkpoint(
+    named_tensors: Iterable,
+    output_dir,
+    origin_hf_dir=None,
+    max_shard_bytes: int = 5 * 1024**3,
+) -> Path:
+    """Write ``(name, tensor)`` pairs as safetensors shards + index under ``output_dir``.
+
+    Files in ``AUX_FILES`` present in ``origin_hf_dir`` are copied unchanged. Returns the
+    output folder.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shards = _shards(named_tensors, max_shard_bytes)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        fname = SINGLE_FILE if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / fname), metadata={"format": "pt"})
+        for name, tensor in shard.items():
+            weight_map[name] = fname
+            total += tensor.numel() * tensor.element_size()
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True))
+    if origin_hf_dir is not None:
+        for aux in AUX_FILES:
+            src = Path(origin_hf_dir) / aux
+            if src.is_file():
+                shutil.copyfile(src, out / aux)
+    logger.info("wrote %d tensors in %d file(s) to %s", len(weight_map), len(shards), out)
+    return out

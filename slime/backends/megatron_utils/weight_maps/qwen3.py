@@ -1,0 +1,173 @@
+"""Qwen3 dense (``Qwen3ForCausalLM``) and MoE (``Qwen3MoeForCausalLM``) weight maps.
+
+Owns the rule tables for both architectures and the Megatron-LM model arguments
+derived from a Qwen3 HF ``config.json`` (used when converting without MODEL_ARGS).
+"""
+
+from slime.backends.megatron_utils.model_provider import padded_vocab_size
+from slime.backends.megatron_utils.weight_maps import transforms as tf
+from slime.backends.megatron_utils.weight_maps.base import ConvertContext, Rule, WeightMap
+
+_L = "decoder.layers.{layer}."
+_H = "model.layers.{layer}."
+
+GLOBAL_RULES = [
+    Rule(("embedding.word_embeddings.weight",), ("model.embed_tokens.weight",), "vocab", "vocab"),
+    Rule(("decoder.final_layernorm.weight",), ("model.norm.weight",)),
+]
+UNTIED_OUTPUT = Rule(("output_layer.weight",), ("lm_head.weight",), "vocab", "vocab")
+TIED_OUTPUT = Rule(("output_layer.weight",), ("model.embed_tokens.weight",), "vocab", "vocab")
+
+ATTENTION_RULES = [
+    Rule(
+        (_L + "input_layernorm.weight", _L + "self_attention.linear_qkv.layer_norm_weight"),
+        (_H + "input_layernorm.weight",),
+    ),
+    Rule(
+        (_L + "self_attention.linear_qkv.weight",),
+        (_H + "self_attn.q_proj.weight", _H + "self_attn.k_proj.weight", _H + "self_attn.v_proj.weight"),
+        "qkv",
+        "qkv",
+    ),
+    Rule((_L + "self_attention.q_layernorm.weight",), (_H + "self_attn.q_norm.weight",)),
+    Rule((_L + "self_attention.k_layernorm.weight",), (_H + "self_attn.k_norm.weight",)),
+    Rule((_L + "self_attention.linear_proj.weight",), (_H + "self_attn.o_proj.weight",), "copy", "row"),
+]
+
+DENSE_MLP_RULES = [
+    Rule(
+        (_L + "pre_mlp_layernorm.weight", _L + "mlp.linear_fc1.layer_norm_weight"),
+        (_H + "post_attention_layernorm.weight",),
+    ),
+    Rule(
+        (_L + "mlp.linear_fc1.weight",),
+        (_H + "mlp.gate_proj.weight", _H + "mlp.up_proj.weight"),
+        "gate_up",
+        "gate_up",
+    ),
+    Rule((_L + "mlp.linear_fc2.weight",), (_H + "mlp.down_proj.weight",), "copy", "row"),
+]
+
+_E = _H + "mlp.experts.{expert}."
+MOE_MLP_RULES = [
+    Rule((_L + "pre_mlp_layernorm.weight",), (_H + "post_attention_layernorm.weight",)),
+    Rule((_L + "mlp.router.weight",), (_H + "mlp.gate.weight",)),
+    Rule(
+        (
+            _L + "mlp.experts.local_experts.{expert}.linear_fc1.weight",
+            _L + "mlp.experts.linear_fc1.weight{expert}",
+        ),
+        (_E + "gate_proj.weight", _E + "up_proj.weight"),
+        "gate_up",
+        "gate_up",
+        expert=True,
+    ),
+    Rule(
+        (
+            _L + "mlp.experts.local_experts.{expert}.linear_fc2.weight",
+            _L + "mlp.experts.linear_fc2.weight{expert}",
+        ),
+        (_E + "down_proj.weight",),
+        "copy",
+        "row",
+        expert=True,
+    ),
+]
+
+_EXPERT_KEYS = ("num_experts", "num_local_experts")
+
+
+def num_experts(hf_config: dict) -> int:
+    """Routed experts in a Qwen3 config (0 for dense); ``num_experts`` or ``num_local_experts``."""
+    for key in _EXPERT_KEYS:
+        if hf_config.get(key):
+            return int(hf_config[key])
+    return 0
+
+
+def moe_layer_pattern(hf_config: dict) -> list:
+    """0/1 per layer: 1 where Qwen3-MoE puts a sparse MLP (``decoder_sparse_step``, ``mlp_only_layers``)."""
+    layers = hf_config["num_hidden_layers"]
+    if not num_experts(hf_config):
+        return [0] * layers
+    step = hf_config.get("decoder_sparse_step", 1) or 1
+    dense = set(hf_config.get("mlp_only_layers") or [])
+    return [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
+
+
+def rope_theta(hf_config: dict) -> float:
+    """``rope_theta`` from the top level or from ``rope_parameters`` / ``rope_scaling``."""
+    if hf_config.get("rope_theta") is not None:
+        return float(hf_config["rope_theta"])
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = hf_config.get(key) or {}
+        if nested.get("rope_theta") is not None:
+            return float(nested["rope_theta"])
+    return 10000.0
+
+
+def head_dim(hf_config: dict) -> int:
+    """Per-head dim (``head_dim`` or hidden / heads)."""
+    return int(hf_config.get("head_dim") or hf_config["hidden_size"] // hf_config["num_attention_heads"])
+
+
+def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1) -> WeightMap:
+    """``WeightMap`` for a Qwen3 / Qwen3-MoE config; vocab padded to ``divisible_by * tp``."""
+    pattern = moe_layer_pattern(hf_config)
+    moe_rules = ATTENTION_RULES + MOE_MLP_RULES
+    dense_rules = ATTENTION_RULES + DENSE_MLP_RULES
+    tied = bool(hf_config.get("tie_word_embeddings", False))
+    context = ConvertContext(
+        attention=tf.AttentionShape(
+            hf_config["num_attention_heads"],
+            hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
+            head_dim(hf_config),
+        ),
+        vocab_size=hf_config["vocab_size"],
+        padded_vocab_size=padded_vocab_size(hf_config["vocab_size"], divisible_by, tp_size),
+    )
+    return WeightMap(
+        global_rules=GLOBAL_RULES + [TIED_OUTPUT if tied else UNTIED_OUTPUT],
+        layer_rules=lambda layer: moe_rules if pattern[layer] else dense_rules,
+        num_layers=hf_config["num_hidden_layers"],
+        num_experts=num_experts(hf_config),
+        context=context,
+    )
+
+
+def megatron_args(hf_config: dict) -> dict:
+    """Megatron-LM model-shape args (dest names) equivalent to a Qwen3 HF config."""
+    out = dict(
+        num_layers=hf_config["num_hidden_layers"],
+        hidden_size=hf_config["hidden_size"],
+        ffn_hidden_size=hf_config["intermediate_size"],
+        num_attention_heads=hf_config["num_attention_heads"],
+        group_query_attention=True,
+        num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
+        kv_channels=head_dim(hf_config),
+        normalization="RMSNorm",
+        norm_epsilon=hf_config.get("rms_norm_eps", 1e-6),
+        position_embedding_type="rope",
+        rotary_base=rope_theta(hf_config),
+        rotary_percent=1.0,
+        swiglu=True,
+        add_bias_linear=False,
+        add_qkv_bias=bool(hf_config.get("attention_bias", False)),
+        qk_layernorm=True,
+        untie_embeddings_and_output_weights=not hf_config.get("tie_word_embeddings", False),
+        vocab_size=hf_config["vocab_size"],
+        max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
+    )
+    experts = num_experts(hf_config)
+    if experts:
+        out.update(
+            num_experts=experts,
+            moe_ffn_hidden_size=hf_config["moe_intermediate_size"],
+            moe_router_topk=hf_config["num_experts_per_tok"],
+            moe_layer_freq=moe_layer_pattern(hf_config),
+            moe_router_score_function="softmax",
+            moe_router_pre_softmax=not hf_config.get("norm_topk_prob", False),
+            moe_router_load_balancing_type="aux_loss",
+            moe_aux_loss_coeff=hf_config.get("router_aux_loss_coef", 0.0),
+        )
+    return out

@@ -1,0 +1,141 @@
+"""HF <-> Megatron weight maps: round trips are the identity for every transform and layout."""
+
+import itertools
+
+import pytest
+import torch
+
+from slime.backends.megatron_utils.weight_maps import (
+    MegatronLayout,
+    ShardContext,
+    gather_tensor,
+    global_name,
+    local_name,
+    model_family,
+    shard_tensor,
+    weight_map_for,
+)
+from slime.backends.megatron_utils.weight_maps import transforms as tf
+from tests.conftest import load_tool
+
+LAYOUTS = [MegatronLayout(te, grouped) for te, grouped in itertools.product([False, True], repeat=2)]
+
+
+def _config(variant, **overrides):
+    config = load_tool("make_tiny_model").model_config(variant)
+    config.update(overrides)
+    return config
+
+
+def _random_hf(config):
+    shapes = load_tool("make_tiny_model").parameter_shapes(config)
+    gen = torch.Generator().manual_seed(0)
+    return {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
+
+
+@pytest.mark.parametrize("variant", ["moe", "dense"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: f"te{int(l.te_norms)}-grouped{int(l.grouped_experts)}")
+def test_hf_megatron_hf_is_identity(variant, layout):
+    config = _config(variant, vocab_size=200)  # 200 pads to 256: exercises vocab padding
+    hf = _random_hf(config)
+    wmap = weight_map_for(config)
+    back = {}
+    for name in wmap.megatron_names(layout):
+        full = wmap.to_megatron(name, [hf[n] for n in wmap.hf_names(name)])
+        if name.startswith(("embedding.", "output_layer.")):
+            assert full.shape[0] == 256 and not full[200:].any()
+        for hf_name, tensor in wmap.to_hf(name, full):
+            assert hf_name not in back, f"{hf_name} produced twice"
+            back[hf_name] = tensor
+    assert back.keys() == hf.keys()
+    assert all(torch.equal(back[n], hf[n]) for n in hf)
+
+
+def test_te_and_grouped_names():
+    wmap = weight_map_for(_config("moe"))
+    names = set(wmap.megatron_names(MegatronLayout(te_norms=True, grouped_experts=True)))
+    assert "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight" in names
+    assert "decoder.layers.1.pre_mlp_layernorm.weight" in names  # MoE: no fused norm
+    assert "decoder.layers.1.mlp.experts.linear_fc1.weight7" in names
+    dense = set(weight_map_for(_config("dense")).megatron_names(MegatronLayout(te_norms=True)))
+    assert "decoder.layers.0.mlp.linear_fc1.layer_norm_weight" in dense
+    assert wmap.hf_names("decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight") == [
+        "model.layers.1.mlp.experts.3.down_proj.weight"
+    ]
+    assert wmap.hf_names("decoder.layers.0.mlp.router.weight") == ["model.layers.0.mlp.gate.weight"]
+
+
+def test_qkv_interleave_per_query_group():
+    shape = tf.AttentionShape(num_heads=4, num_groups=2, head_dim=1)
+    q = torch.tensor([[0.0], [1.0], [2.0], [3.0]])  # heads 0,1 -> group 0; 2,3 -> group 1
+    k = torch.tensor([[10.0], [11.0]])
+    v = torch.tensor([[20.0], [21.0]])
+    qkv = tf.qkv_hf_to_megatron(q, k, v, shape)
+    assert qkv.flatten().tolist() == [0, 1, 10, 20, 2, 3, 11, 21]
+    # TP=2: each rank holds whole query groups.
+    assert tf.split_for_tp("qkv", qkv, 1, 2).flatten().tolist() == [2, 3, 11, 21]
+
+
+def test_gate_up_tp_shard_holds_slice_of_gate_and_of_up():
+    gate, up = torch.arange(4.0).view(4, 1), torch.arange(10.0, 14.0).view(4, 1)
+    fc1 = tf.gate_up_hf_to_megatron(gate, up)
+    assert tf.split_for_tp("gate_up", fc1, 0, 2).flatten().tolist() == [0, 1, 10, 11]
+    assert tf.split_for_tp("gate_up", fc1, 1, 2).flatten().tolist() == [2, 3, 12, 13]
+
+
+@pytest.mark.parametrize("variant", ["moe", "dense"])
+def test_shard_then_gather_is_identity(variant):
+    config = _config(variant)
+    hf = _random_hf(config)
+    wmap = weight_map_for(config, tp_size=2)
+    for name in wmap.megatron_names():
+        full = wmap.to_megatron(name, [hf[n] for n in wmap.hf_names(name)])
+        if wmap.is_expert(name):
+            ctxs = [ShardContext(etp_rank=r, etp_size=2) for r in range(2)]
+        else:
+            ctxs = [ShardContext(tp_rank=r, tp_size=2) for r in range(2)]
+        shards = [shard_tensor(wmap, name, full, c) for c in ctxs]
+        if wmap.split_kind(name) != "replicated":
+            assert shards[0].numel() == full.numel() // 2, name
+        assert torch.equal(gather_tensor(wmap, name, shards), full), name
+
+
+def test_row_parallel_splits_dim_1():
+    wmap = weight_map_for(_config("dense"))
+    full = torch.randn(64, 64)
+    shard = shard_tensor(wmap, "decoder.layers.0.self_attention.linear_proj.weight", full,
+                         ShardContext(tp_rank=1, tp_size=2))
+    assert torch.equal(shard, full[:, 32:])
+
+
+def test_global_and_local_names_under_pp_and_ep():
+    ctx = ShardContext(ep_rank=1, ep_size=2, layer_offset=1, num_experts=8)
+    local = "decoder.layers.0.mlp.experts.local_experts.2.linear_fc1.weight"
+    full = "decoder.layers.1.mlp.experts.local_experts.6.linear_fc1.weight"
+    assert global_name(local, ctx) == full
+    assert local_name(full, ctx, num_local_layers=1) == local
+    grouped = "decoder.layers.0.mlp.experts.linear_fc2.weight3"
+    assert global_name(grouped, ctx) == "decoder.layers.1.mlp.experts.linear_fc2.weight7"
+    assert local_name("decoder.layers.1.mlp.experts.local_experts.1.linear_fc1.weight", ctx, 1) is None
+    assert local_name("decoder.layers.0.self_attention.linear_qkv.weight", ctx, 1) is None
+    assert global_name("embedding.word_embeddings.weight", ctx) == "embedding.word_embeddings.weight"
+
+
+def test_registry_is_exact_and_derives_megatron_args():
+    with pytest.raises(ValueError, match="no weight map for architecture 'Qwen3MoeForCausalLMv2'"):
+        model_family({"architectures": ["Qwen3MoeForCausalLMv2"]})
+    with pytest.raises(ValueError, match="no 'architectures'"):
+        model_family({})
+    config = _config("moe", mlp_only_layers=[0])
+    args = model_family(config).megatron_args(config)
+    assert args["moe_layer_freq"] == [0, 1] and args["num_experts"] == 8
+    assert args["num_query_groups"] == 2 and args["kv_channels"] == 16
+    assert args["rotary_base"] == 1000000.0 and not args["moe_router_pre_softmax"]
+    wmap = weight_map_for(config)
+    assert "decoder.layers.0.mlp.linear_fc1.weight" in wmap.megatron_names()
+
+
+def test_unknown_megatron_name_is_a_clear_error():
+    wmap = weight_map_for(_config("dense"))
+    with pytest.raises(KeyError, match="decoder.layers.0.mlp.router.weight"):
+        wmap.hf_names("decoder.layers.0.mlp.router.weight")
