@@ -32,7 +32,8 @@ from slime.utils.arguments.logger import SECRET_DESTS
 __all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "build_parser", "check_hf_config",
            "parse_args", "redacted_vars", "validate_args"]
 
-logger = logging.getLogger(__name__)
+# Not named `logger`: that name is the logging domain submodule of this package.
+log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
     debug, cluster, megatron, data, rollout, eval_domain, algorithm, checkpoint, logger_domain, sglang,
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.
     args = build_parser(entry).parse_args(argv)
     args.warnings = validate_args(args)
     for warning in args.warnings:
-        logger.warning("%s", warning)
+        log.warning("%s", warning)
     return args
 
 

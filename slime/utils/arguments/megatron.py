@@ -145,6 +145,8 @@ def _add_optimizer(group) -> None:
     add("--adam-beta2", type=float, default=0.999, help="Adam beta2.")
     add("--adam-eps", type=float, default=1e-8, help="Adam epsilon.")
     add("--clip-grad", type=float, default=1.0, help="Gradient-norm clip.")
+    add("--optimizer-offload-fraction", type=float, default=1.0,
+        help="Fraction of optimizer state on the CPU with --optimizer-cpu-offload.")
     for flag, choices in _DTYPE_CHOICES.items():
         add(flag, choices=choices, default="fp32", help=f"{flag[2:]} with --use-precision-aware-optimizer.")
     _switches(group, _TRAIN_SWITCHES)

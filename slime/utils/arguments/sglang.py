@@ -26,6 +26,8 @@ PINNED_SGLANG_VERSION = "0.5.10"
 FALLBACK_FILE = Path(__file__).with_name("sglang_server_args.json")
 EXCLUDED_FIELDS = ("model_path", "tp_size", "port", "nnodes", "node_rank", "dist_init_addr", "random_seed",
                    "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup")
+# slime's own --sglang-* flags; a ServerArgs field with the same dest is not passed through.
+_OWN_DESTS = ("sglang_router_ip", "sglang_router_port", "sglang_server_concurrency")
 # (flag, type, help) of sglang-router options; None keeps the router's own default.
 ROUTER_FLAGS = (
     ("--router-policy", str, "Routing policy: random, round_robin, cache_aware or power_of_two."),
@@ -139,9 +141,6 @@ def fallback_server_arg_fields() -> list[dict]:
 def server_arg_fields() -> list[dict]:
     """Passthrough fields: the installed SGLang's when it imports, else the pinned fallback list."""
     return live_server_arg_fields() or fallback_server_arg_fields()
-
-
-_OWN_DESTS = ("sglang_router_ip", "sglang_router_port", "sglang_server_concurrency")
 
 
 def passthrough_fields(fields: list[dict]) -> list[dict]:
