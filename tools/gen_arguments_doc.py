@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slime.utils.arguments import build_parser
-from slime.utils.arguments.docgen import render_markdown
+from slime.utils.arguments import DOMAINS, build_parser
+from slime.utils.arguments.docgen import domain_checks, render_markdown
 from slime.utils.arguments.sglang import PINNED_SGLANG_VERSION, live_server_arg_fields
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "arguments.md"
@@ -23,7 +23,7 @@ def main() -> None:
     if live_server_arg_fields() is not None:
         raise SystemExit("sglang is installed: the checked-in reference lists the pinned SGLang "
                          f"{PINNED_SGLANG_VERSION}; run this where sglang is not importable")
-    out.write_text(render_markdown(build_parser("train"), PINNED_SGLANG_VERSION), encoding="utf-8")
+    out.write_text(render_markdown(build_parser("train"), PINNED_SGLANG_VERSION, domain_checks(DOMAINS)), encoding="utf-8")
     print(f"wrote {out}")
 
 

@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check clip ranges and loss plugins; resolve --eps-clip-high (None -> --eps-clip)."""
+    """--eps-clip-high defaults to --eps-clip; --eps-clip-c > 1; --loss-type custom_loss needs
+    --custom-loss-function-path; --tis-clip-low <= --tis-clip."""
     warnings: list[str] = []
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check that --ref-load exists and that --load exists or --ref-load can stand in for it."""
+    """--ref-load must exist; --load must exist unless --ref-load is given (then a missing --load
+    is a first run that starts from --ref-load, with a warning)."""
     warnings: list[str] = []
     if args.ref_load is not None:
         check_path_exists(args, "--ref-load", args.ref_load, warnings)

@@ -38,7 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check placement flags; resolve --rollout-num-gpus and the offload switches."""
+    """--colocate is refused by train_async; --colocate turns on --offload, which turns on
+    --offload-train and --offload-rollout; --rollout-num-gpus defaults to the actor GPUs when
+    colocated and is required otherwise (unless --debug-train-only), and must be divisible by
+    --rollout-num-gpus-per-engine; memory sizes must be > 0."""
     warnings: list[str] = []
     if args.colocate and args.entry == "train_async":
         raise ArgumentError("--colocate cannot be used with train_async.py (one-step-off needs separate GPUs)")

@@ -111,8 +111,12 @@ def _validate_batching(args: argparse.Namespace) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check the rollout count and batch arithmetic (resolving --global-batch-size and
-    --num-steps-per-rollout) and that --prompt-data exists. Runs after the megatron domain."""
+    """--rollout-batch-size is required, and --num-rollout or --num-epoch. --global-batch-size
+    defaults to rollout-batch-size x n-samples-per-prompt / --num-steps-per-rollout (1 step), must
+    divide that product and agree with --num-steps-per-rollout when both are given. Without
+    --use-dynamic-batch-size it must be divisible by --micro-batch-size x DP; with it,
+    --max-tokens-per-gpu is required (and is the default of --log-probs-max-tokens-per-gpu).
+    --prompt-data (without its @[a:b] slice) must exist. Runs after the megatron domain (DP)."""
     warnings: list[str] = []
     require(args.rollout_batch_size is not None, "--rollout-batch-size is required")
     if args.num_rollout is None and args.num_epoch is None:

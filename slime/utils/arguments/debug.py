@@ -35,7 +35,9 @@ def _check_format(flag: str, template: str | None) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check the debug switches; --load-debug-rollout-data turns on --debug-train-only."""
+    """--save/--load-debug-rollout-data must be format strings using only {rollout_id};
+    --load-debug-rollout-data turns on --debug-train-only; --debug-rollout-only and
+    --debug-train-only exclude each other."""
     warnings: list[str] = []
     _check_format("--save-debug-rollout-data", args.save_debug_rollout_data)
     _check_format("--load-debug-rollout-data", args.load_debug_rollout_data)

@@ -45,7 +45,9 @@ def eval_datasets(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check NAME PATH pairing and paths; fill None eval sampling values from the rollout ones."""
+    """--eval-prompt-data takes NAME PATH pairs whose paths exist; --eval-max-response-len,
+    --eval-temperature, --eval-top-p, --eval-top-k and --eval-function-path default to their
+    rollout counterparts."""
     warnings: list[str] = []
     if args.eval_prompt_data is not None:
         require(len(args.eval_prompt_data) % 2 == 0,

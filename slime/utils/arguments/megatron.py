@@ -238,7 +238,15 @@ def _check_layers(args: argparse.Namespace) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Resolve derived model values and check the parallel layout; see the module docstring."""
+    """Fills Megatron-LM's derived values (query groups = heads without --group-query-attention,
+    --kv-channels = hidden / heads, --ffn-hidden-size, --moe-ffn-hidden-size,
+    --expert-tensor-parallel-size = TP). The world size (--actor-num-nodes x
+    --actor-num-gpus-per-node) must be divisible by TP x PP x CP, and EP x ETP must divide
+    world / PP; --num-experts divisible by EP; heads and query groups divisible by TP; a list
+    --moe-layer-freq has --num-layers entries; --num-layers divisible by PP unless uneven stages
+    are given; --sequence-parallel with TP 1 is disabled with a warning; TP > 1 with MoE needs
+    --sequence-parallel; --bf16/--fp16 and the two warm-up flags exclude each other;
+    --recompute-method needs --recompute-granularity full."""
     warnings: list[str] = []
     _resolve_model(args)
     _check_layout(args)

@@ -115,7 +115,10 @@ def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> No
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check sampling values, rewards and the HF checkpoint; resolve --over-sampling-batch-size."""
+    """--rollout-temperature > 0, --rollout-top-p in (0, 1], lengths > 0; remote_rm needs --rm-url;
+    --over-sampling-batch-size defaults to --rollout-batch-size and may not be smaller;
+    --hf-checkpoint is required (unless --dry-run or --debug-train-only) and must exist; its
+    config.json, when present, must agree with MODEL_ARGS (hf_config.check_hf_config)."""
     warnings: list[str] = []
     require(args.rollout_temperature > 0, f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
     require(0 < args.rollout_top_p <= 1, f"--rollout-top-p must be in (0, 1], got {args.rollout_top_p}")

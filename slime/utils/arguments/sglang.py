@@ -204,7 +204,9 @@ def sglang_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """Check engine sizing against the passthrough's dp/ep/pp sizes and the router options."""
+    """--rollout-num-gpus-per-engine divisible by --sglang-pp-size (engine tp = the quotient);
+    --sglang-dp-size > 1 needs --sglang-enable-dp-attention and must divide engine tp, as must
+    --sglang-ep-size; --sglang-server-concurrency >= 1; --sglang-router-port a valid port."""
     warnings: list[str] = []
     pp, dp, ep = (getattr(args, f"sglang_{name}_size", 1) or 1 for name in ("pp", "dp", "ep"))
     per_engine = args.rollout_num_gpus_per_engine
