@@ -32,6 +32,7 @@ class LayerActivations:
 
     @property
     def total(self) -> int:
+        """Bytes of the whole layer."""
         return self.attention + self.core_attention + self.mlp
 
 

@@ -33,14 +33,17 @@ class EngineMemory:
 
     @property
     def kv_room(self) -> int:
+        """Pool bytes left for the KV cache after the weights."""
         return self.reserved - self.weights
 
     @property
     def kv_tokens_per_gpu(self) -> int:
+        """Tokens whose K and V fit in the KV room of one GPU."""
         return max(0, self.kv_room) // self.kv_bytes_per_token
 
     @property
     def fits(self) -> bool:
+        """True when the weights leave room for a KV cache."""
         return self.kv_room > 0
 
 

@@ -59,6 +59,7 @@ class Precision:
 
     @property
     def optimizer(self) -> int:
+        """Optimizer-state bytes per parameter (master + both moments)."""
         return self.master + self.exp_avg + self.exp_avg_sq
 
 
@@ -108,10 +109,12 @@ class TrainerMemory:
 
     @property
     def total(self) -> int:
+        """Bytes on the GPU, every part summed."""
         return sum(self.parts.values())
 
     @property
     def fits(self) -> bool:
+        """True when the total is within --gpu-memory-gib."""
         return self.total <= self.budget
 
 
@@ -186,10 +189,12 @@ class HostMemory:
 
     @property
     def per_node(self) -> int:
+        """Host bytes of all trainer ranks of one node."""
         return self.per_rank * self.ranks_per_node
 
     @property
     def fits(self) -> bool | None:
+        """None without --host-memory-gib, else whether a node's RAM holds it."""
         return None if self.budget is None else self.per_node <= self.budget
 
 

@@ -59,6 +59,7 @@ class ParamSplit:
 
     @property
     def total(self) -> int:
+        """All parameters of the split."""
         return self.tp + self.replicated + self.expert
 
 

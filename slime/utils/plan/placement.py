@@ -35,6 +35,7 @@ class Placement:
 
     @property
     def num_nodes(self) -> int:
+        """Nodes spanned by the placement group."""
         return -(-self.total_gpus // self.gpus_per_node)
 
     def node_of(self, gpu: int) -> int:
@@ -101,7 +102,8 @@ def batch_from_args(args: Namespace, dp: int, cp: int) -> BatchPlan:
         budget = (args.max_tokens_per_gpu or 1) * cp
         micro = -(-(per_dp * max_seq) // budget) if max_seq else 0
         if not prompt and not getattr(args, "rollout_max_context_len", None):
-            notes.append("max sequence length counts the response only (set --rollout-max-prompt-len to include prompts)")
+            notes.append("max sequence length counts the response only "
+                         "(set --rollout-max-prompt-len to include prompts)")
     else:
         micro = max(1, per_dp // (args.micro_batch_size or 1))
     return BatchPlan(args.rollout_batch_size, samples, gbs, steps, per_dp, micro, dynamic,

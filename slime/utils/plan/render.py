@@ -24,9 +24,12 @@ def _section(title: str, rows: list[tuple[str, str]]) -> str:
 
 
 def _span(ids: list[int]) -> str:
+    """GPU ids as "a-b" when consecutive, else comma-separated."""
     if not ids:
         return "-"
-    return f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else ",".join(map(str, ids))
+    if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(map(str, ids))
 
 
 def _verdict(used: int, budget: int) -> str:
@@ -56,7 +59,8 @@ def _placement(plan: Plan) -> str:
 def _layout(plan: Plan) -> str:
     lay = plan.layout
     rows = [("world size", str(lay.world_size)),
-            ("TP / PP / CP", f"{lay.tp} / {lay.pp} / {lay.cp}   sequence parallel: {'on' if lay.sequence_parallel else 'off'}"),
+            ("TP / PP / CP", f"{lay.tp} / {lay.pp} / {lay.cp}"),
+            ("sequence parallel", "on" if lay.sequence_parallel else "off"),
             ("DP = world/(TP*PP*CP)", str(lay.dp)),
             ("EP / ETP", f"{lay.ep} / {lay.etp}"),
             ("expert-DP = world/(PP*EP*ETP)", str(lay.expert_dp)),
