@@ -52,6 +52,8 @@ def _kind_of_node(node: ast.AST) -> tuple[str, list | None]:
         return "json", None
     outer = node.value.id
     members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    if outer in ("A", "Annotated"):  # newer SGLang: A[T, help] / Annotated[T, ...]
+        return _kind_of_node(members[0])
     if outer in ("Optional", "Union"):
         real = [m for m in members if not (isinstance(m, ast.Constant) and m.value is None)
                 and not (isinstance(m, ast.Name) and m.id == "None")]
@@ -118,6 +120,10 @@ def live_server_arg_fields() -> list[dict] | None:
         module = importlib.import_module("sglang.srt.server_args")
     except ImportError as error:  # sglang present but its GPU dependencies are not
         logger.warning("sglang.srt.server_args does not import (%s); using %s", error, FALLBACK_FILE.name)
+        return None
+    if not dataclasses.is_dataclass(module.ServerArgs):
+        logger.warning("installed sglang's ServerArgs is not a dataclass (newer layout); using %s for %s",
+                       FALLBACK_FILE.name, PINNED_SGLANG_VERSION)
         return None
     entries = []
     for field in dataclasses.fields(module.ServerArgs):

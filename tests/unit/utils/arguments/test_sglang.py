@@ -45,6 +45,8 @@ def test_fallback_table_is_pinned_and_well_formed():
     ("Literal['a', 'b']", ("str", ["a", "b"])),
     ("Literal[None, 'x']", ("str", ["x"])),
     ("Optional[Callable]", ("json", None)),
+    ("A[Optional[int], 'help text']", ("int", None)),
+    ("Annotated[List[float], Arg(help='x')]", ("list_float", None)),
 ])
 def test_annotation_kind(annotation, expected):
     assert sg.annotation_kind(annotation) == expected
