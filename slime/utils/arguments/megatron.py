@@ -17,6 +17,7 @@ _MODEL_SWITCHES = (
     ("--group-query-attention", "Use grouped-query attention with --num-query-groups KV heads."),
     ("--swiglu", "SwiGLU MLP activation."),
     ("--qk-layernorm", "Normalise queries and keys per head."),
+    ("--add-qkv-bias", "Bias in the QKV projection only (Qwen2-style), even with --disable-bias-linear."),
     ("--untie-embeddings-and-output-weights", "Separate input embedding and output layer weights."),
     ("--use-rotary-position-embeddings", "Legacy spelling of --position-embedding-type rope."),
 )
