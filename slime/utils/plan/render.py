@@ -32,9 +32,11 @@ def _span(ids: list[int]) -> str:
     return ",".join(map(str, ids))
 
 
-def _verdict(used: int, budget: int) -> str:
+def verdict(used: int, budget: int) -> str:
+    """"fits (...)" or "OVER BUDGET (...)" with the margin; a fit under 10% free is marked tight."""
     if used <= budget:
-        return f"fits ({used / GIB:.1f} of {budget / GIB:.1f} GiB, {(budget - used) / GIB:.1f} GiB free)"
+        tight = "; tight: under 10% free, measure it" if budget - used < 0.1 * budget else ""
+        return f"fits ({used / GIB:.1f} of {budget / GIB:.1f} GiB, {(budget - used) / GIB:.1f} GiB free{tight})"
     return f"OVER BUDGET ({used / GIB:.1f} of {budget / GIB:.1f} GiB, {(used - budget) / GIB:.1f} GiB over)"
 
 
@@ -99,8 +101,8 @@ def _trainer(plan: Plan) -> str:
     notes = {"allocator fragmentation": f"  ({FRAGMENTATION:.0%} of the tensors above)"}
     rows += [(name, _gib(b) + notes.get(name, "")) for name, b in m.parts.items()]
     if m.optimizer_on_cpu:
-        rows.append(("optimizer states on CPU", _gib(m.optimizer_on_cpu)))
-    rows += [("total", _gib(m.total)), ("trainer verdict", _verdict(m.total, m.budget))]
+        rows.append(("optimizer states on CPU", _gib(m.optimizer_on_cpu) + "  (host RAM, not in the total)"))
+    rows += [("total", _gib(m.total)), ("trainer verdict", verdict(m.total, m.budget))]
     return _section("Memory per trainer GPU", rows)
 
 
@@ -113,7 +115,7 @@ def _host(plan: Plan) -> str:
             ("ranks per node", str(h.ranks_per_node)),
             ("per node", _gib(h.per_node))]
     rows.append(("host verdict", "not checked (set --host-memory-gib)" if h.budget is None
-                 else _verdict(h.per_node, h.budget)))
+                 else verdict(h.per_node, h.budget)))
     return _section("Host RAM per node (CPU Adam)", rows)
 
 

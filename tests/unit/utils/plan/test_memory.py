@@ -111,3 +111,11 @@ def test_dtype_names():
     with pytest.raises(ValueError, match="unknown dtype"):
         dtype_bytes("int3")
     assert precision_from_args(_args(fp16=True, bf16=False)).weight == 2
+
+
+def test_render_verdict_marks_tight_margins():
+    from slime.utils.plan.render import verdict
+
+    assert verdict(50 * GIB, 80 * GIB) == "fits (50.0 of 80.0 GiB, 30.0 GiB free)"
+    assert "tight" in verdict(75 * GIB, 80 * GIB)
+    assert verdict(81 * GIB, 80 * GIB).startswith("OVER BUDGET (81.0 of 80.0 GiB, 1.0 GiB over)")
