@@ -33,7 +33,7 @@ def _span(ids: list[int]) -> str:
 
 
 def verdict(used: int, budget: int) -> str:
-    """"fits (...)" or "OVER BUDGET (...)" with the margin; a fit under 10% free is marked tight."""
+    """Return "fits (...)" or "OVER BUDGET (...)" with the margin; a fit under 10% free is tight."""
     if used <= budget:
         tight = "; tight: under 10% free, measure it" if budget - used < 0.1 * budget else ""
         return f"fits ({used / GIB:.1f} of {budget / GIB:.1f} GiB, {(budget - used) / GIB:.1f} GiB free{tight})"
