@@ -2,8 +2,8 @@
 reserves (``--sglang-mem-fraction-static`` of the GPU), the weights in it, and the KV-cache room
 and token capacity left.
 
-Sharding on an engine with tp GPUs (per pipeline stage): embedding and output vocab-parallel over
-tp; attention over the attention-tp = tp / dp (DP attention keeps whole attention per DP rank);
+Sharding on an engine with tp GPUs (per pipeline stage): input embedding and attention over the
+attention-tp = tp / dp (DP attention keeps them whole per DP rank); output layer over tp;
 dense and shared-expert MLPs over tp; routed experts over EP x (tp / EP) = tp; norms and router
 replicated. KV heads are split over attention-tp and replicated when attention-tp exceeds them.
 """
@@ -57,7 +57,10 @@ def is_fp8(args: Namespace) -> bool:
 def _engine_weight_bytes(s: ModelShape, engine: Engine, attn_tp: int, linear_bytes: int) -> float:
     """Weights on one engine GPU; linears at ``linear_bytes``, embeddings/norms/router at 2."""
     attn = attention_params(s)
-    total = 2 * (embedding_params(s).tp + output_params(s).tp) / engine.tp + 2 * output_params(s).replicated
+    # SGLang shards the input embedding over the attention-tp group (whole per rank with DP
+    # attention) and the output layer over the full tp.
+    total = 2 * embedding_params(s).tp / attn_tp + 2 * output_params(s).tp / engine.tp
+    total += 2 * output_params(s).replicated
     for moe in s.moe_layers:
         mlp = mlp_params(s, moe)
         total += linear_bytes * attn.tp / attn_tp + 2 * (attn.replicated + mlp.replicated)
