@@ -81,6 +81,10 @@ def test_dp_attention_keeps_whole_kv_heads(qwen3_args):
     plan = build_plan(qwen3_args(extra=["--sglang-enable-dp-attention", "--sglang-dp-size", "8"]))
     assert plan.placement.engines[0].dp == 8 and plan.engine.attention_tp == 1
     assert plan.engine.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
+    # By hand: embedding whole (311,164,928) + output / 8 (38,895,616) + final norm 2048 + 48 layers x
+    # (attention 18,874,368 whole + norms 4,352 + router 262,144 + experts 603,979,776 / 8) = 4,892,702,720
+    # parameters x 2 B.
+    assert plan.engine.weights == 2 * 4_892_702_720
 
 
 def test_render_has_every_section_and_no_secret(qwen3_args):
