@@ -1,0 +1,260 @@
+"""Continuous-batching scheduler of the local engine: one background thread drives the model.
+
+Owns `Request` (one generation in flight) and `Scheduler`. Each loop step, under `model_lock`:
+admit waiting requests up to `max_running` (one left-padded batched prefill; the caches join the
+left-padded `BatchKV`; first tokens are sampled from the prefill logits), then run ONE batched
+decode forward for all running requests, sample per request, and retire finished requests at once
+(stop token ids incl. eos, stop strings on the decoded text, max_new_tokens, context length) so
+their slots free for the next step. `pause()` stops stepping (running requests wait, new ones
+queue); `abort()` finishes requests with finish reason abort and what they generated so far.
+Weight updates take `model_lock`, so they happen between steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from slime.backends.local_engine.kv_batch import BatchKV
+from slime.backends.local_engine.sampling import SamplingParams, sample_next_tokens
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Request:
+    """One generation: inputs, validated params, progress, and the callback that receives the result."""
+
+    rid: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    on_done: Callable[[dict], None]
+    return_logprob: bool = False
+    return_text_in_logprobs: bool = False
+    generator: torch.Generator | None = None
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    finish_reason: dict | None = None
+    created: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running batch and the background thread that steps the model."""
+
+    def __init__(self, model, tokenizer, *, context_length: int, max_running: int, random_seed: int,
+                 weight_version: Callable[[], str]) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.context_length, self.max_running = context_length, max_running
+        self.weight_version = weight_version
+        self.model_lock = threading.RLock()
+        self._cond = threading.Condition()
+        self._waiting: collections.deque[Request] = collections.deque()
+        self._running: list[Request] = []
+        self._kv = BatchKV()
+        self._paused = False
+        self._held: set[str] = set()  # reasons the loop must not step (e.g. "released")
+        self._stopped = False
+        self._seed_source = torch.Generator().manual_seed(random_seed)
+        self.eos_ids = self._eos_ids()
+        self._thread = threading.Thread(target=self._loop, name="local-engine-scheduler", daemon=True)
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        for source in (getattr(self.model, "generation_config", None), self.model.config, self.tokenizer):
+            eos = getattr(source, "eos_token_id", None)
+            ids.update([eos] if isinstance(eos, int) else (eos or []))
+        return ids
+
+    # ---- control (any thread) -------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background loop."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop (running requests are aborted) and join the thread."""
+        self.abort(abort_all=True)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    def submit(self, req: Request) -> None:
+        """Queue a request; `req.on_done(result)` is called from the scheduler thread when it ends."""
+        if req.generator is None:
+            seed = req.params.sampling_seed
+            if seed is None:
+                with self._cond:
+                    seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
+            req.generator = torch.Generator().manual_seed(seed)
+        with self._cond:
+            self._waiting.append(req)
+            self._cond.notify_all()
+
+    def pause(self) -> None:
+        """Stop stepping after the current step: running requests wait, new requests queue."""
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Undo `pause()`."""
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def hold(self, reason: str, on: bool) -> None:
+        """Add or remove a named reason for not stepping (used while memory is released)."""
+        with self._cond:
+            (self._held.add if on else self._held.discard)(reason)
+            self._cond.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        """True while paused or held."""
+        return self._paused or bool(self._held)
+
+    def load(self) -> dict[str, int]:
+        """Counts of waiting and running requests."""
+        with self._cond:
+            return {"waiting": len(self._waiting), "running": len(self._running)}
+
+    def abort(self, rid: str | None = None, abort_all: bool = False) -> int:
+        """Finish the matching waiting/running requests with finish reason abort; returns how many."""
+        match = (lambda r: True) if abort_all else (lambda r: r.rid == rid)
+        with self.model_lock:
+            with self._cond:
+                waiting = [r for r in self._waiting if match(r)]
+                self._waiting = collections.deque(r for r in self._waiting if not match(r))
+            running = [r for r in self._running if match(r)]
+            for req in waiting + running:
+                req.finish_reason = {"type": "abort", "message": "Abort request"}
+            if running:
+                self._retire()
+            for req in waiting:
+                self._deliver(req)
+        return len(waiting) + len(running)
+
+    def drop_cache(self) -> None:
+        """Abort everything in flight and free the KV cache (memory release)."""
+        self.abort(abort_all=True)
+        with self.model_lock:
+            self._kv.clear()
+
+    # ---- the loop (scheduler thread) ------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and (self.paused or not (self._waiting or self._running)):
+                    self._cond.wait()
+                if self._stopped:
+                    return
+            with self.model_lock, torch.inference_mode():
+                self._admit()
+                if self._running:
+                    self._decode_step()
+
+    def _admit(self) -> None:
+        """Move waiting requests into the batch (up to max_running) with one batched prefill."""
+        admitted = []
+        with self._cond:
+            while self._waiting and not self.paused and len(self._running) + len(admitted) < self.max_running:
+                admitted.append(self._waiting.popleft())
+        for req in [r for r in admitted if r.params.max_new_tokens == 0]:
+            req.finish_reason = {"type": "length", "length": 0}
+            self._deliver(req)
+        admitted = [r for r in admitted if r.params.max_new_tokens > 0]
+        if admitted:
+            self._prefill(admitted)
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _prefill(self, reqs: list[Request]) -> None:
+        """One left-padded forward over the prompts of `reqs`; their caches join the batch."""
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.tensor([[0] * (width - len(r.prompt_ids)) + r.prompt_ids for r in reqs], device=self._device())
+        mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in reqs],
+                            device=self._device())
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        self._kv.add_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask)
+        self._running.extend(reqs)
+        self._accept_tokens(out.logits[:, -1], reqs)
+
+    def _decode_step(self) -> None:
+        reqs = list(self._running)
+        ids = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self._device())
+        mask, positions = self._kv.decode_inputs()
+        cache = self._kv.to_cache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
+        self._kv.absorb(out.past_key_values)
+        self._accept_tokens(out.logits[:, -1], reqs)
+
+    def _accept_tokens(self, logits: torch.Tensor, reqs: list[Request]) -> None:
+        """Sample for `reqs` (rows of `logits` [B, V]), append, and retire whatever finished."""
+        tokens, logprobs = sample_next_tokens(logits, [r.params for r in reqs], [r.generator for r in reqs])
+        finished = False
+        for req, tok, lp in zip(reqs, tokens, logprobs):
+            req.output_ids.append(tok)
+            req.logprobs.append(lp)
+            req.finish_reason = self._finish_reason(req, tok)
+            finished |= req.finish_reason is not None
+        if finished:
+            self._retire()
+
+    def _finish_reason(self, req: Request, tok: int) -> dict | None:
+        p = req.params
+        if tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos_ids):
+            return {"type": "stop", "matched": tok}
+        if p.stop:
+            text = self._decode(req)
+            for s in p.stop:
+                if s in text:
+                    return {"type": "stop", "matched": s}
+        if len(req.output_ids) >= p.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.context_length:
+            return {"type": "length", "length": len(req.output_ids)}
+        return None
+
+    def _retire(self) -> None:
+        """Remove every running request that has a finish reason; deliver their results."""
+        keep = [i for i, r in enumerate(self._running) if r.finish_reason is None]
+        done = [r for r in self._running if r.finish_reason is not None]
+        self._kv.keep_rows(keep)
+        self._running = [self._running[i] for i in keep]
+        for req in done:
+            self._deliver(req)
+        with self._cond:
+            self._cond.notify_all()
+
+    # ---- results ---------------------------------------------------------------------------
+    def _decode(self, req: Request) -> str:
+        return self.tokenizer.decode(req.output_ids, skip_special_tokens=req.params.skip_special_tokens,
+                                     spaces_between_special_tokens=req.params.spaces_between_special_tokens)
+
+    def _deliver(self, req: Request) -> None:
+        text = self._decode(req)
+        matched = req.finish_reason.get("matched")
+        if isinstance(matched, str) and not req.params.no_stop_trim and matched in text:
+            text = text[: text.index(matched)]
+        meta = {
+            "id": req.rid,
+            "finish_reason": req.finish_reason,
+            "prompt_tokens": len(req.prompt_ids),
+            "completion_tokens": len(req.output_ids),
+            "cached_tokens": 0,
+            "weight_version": self.weight_version(),
+            "e2e_latency": time.monotonic() - req.created,
+        }
+        if req.return_logprob:
+            meta["output_token_logprobs"] = [
+                [lp, tok, self.tokenizer.decode([tok]) if req.return_text_in_logprobs else None]
+                for lp, tok in zip(req.logprobs, req.output_ids)
+            ]
+        req.on_done({"text": text, "output_ids": list(req.output_ids), "meta_info": meta})

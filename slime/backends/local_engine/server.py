@@ -1,0 +1,196 @@
+"""HTTP surface of the local engine: SGLang's endpoints and fields on FastAPI.
+
+Owns `build_app(engine)`. Routes live in one table (path, methods, handler). Client errors
+(malformed JSON, bad values) raise `RequestError` and become HTTP 400 `{"error": {"message"},
+"success": false, "message"}`; the engine keeps serving. Blocking work (weight updates, group
+rendezvous, memory release) runs in worker threads so /health stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse
+
+from slime.backends.local_engine.engine import Engine
+from slime.backends.local_engine.sampling import RequestError
+from slime.backends.local_engine.scheduler import Request
+
+logger = logging.getLogger(__name__)
+
+
+async def _json(request: HTTPRequest) -> dict:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"malformed JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    return body
+
+
+def _require(body: dict, *names: str) -> list:
+    missing = [n for n in names if body.get(n) is None]
+    if missing:
+        raise RequestError(f"missing field(s): {', '.join(missing)}")
+    return [body[n] for n in names]
+
+
+def _resolve(fut: asyncio.Future, result: dict) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+def _ok(message: str, **extra) -> JSONResponse:
+    return JSONResponse({"success": True, "message": message, **extra})
+
+
+def _generation_routes(engine: Engine) -> list:
+    async def generate(request: HTTPRequest):
+        body = await _json(request)
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future] = []
+
+        def on_done_factory(_index):
+            fut = loop.create_future()
+            futures.append(fut)
+            return lambda result: loop.call_soon_threadsafe(_resolve, fut, result)
+
+        reqs, batch = engine.parse_generate(body, on_done_factory)
+        for req in reqs:
+            engine.scheduler.submit(req)
+        try:
+            results = await asyncio.gather(*futures)
+        except asyncio.CancelledError:  # client went away: free the slots
+            for req in reqs:
+                engine.scheduler.abort(rid=req.rid)
+            raise
+        return JSONResponse(results if batch else results[0])
+
+    async def health(_request: HTTPRequest):
+        return JSONResponse({"status": "ok"})
+
+    async def health_generate(_request: HTTPRequest):
+        if engine.scheduler.paused:  # generation is held on purpose; the engine itself is alive
+            return JSONResponse({"status": "ok", "paused": True})
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        params = engine.parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+                                       lambda _i: (lambda r: loop.call_soon_threadsafe(_resolve, fut, r)))[0][0]
+        engine.scheduler.submit(params)
+        await fut
+        return JSONResponse({"status": "ok"})
+
+    async def flush_cache(_request: HTTPRequest):
+        # No prefix cache: running requests' KV stays valid, nothing else is cached.
+        return _ok("Cache flushed.")
+
+    async def pause_generation(_request: HTTPRequest):
+        engine.scheduler.pause()
+        return _ok("Generation paused.")
+
+    async def continue_generation(_request: HTTPRequest):
+        engine.scheduler.resume()
+        return _ok("Generation continued.")
+
+    async def abort_request(request: HTTPRequest):
+        body = await _json(request)
+        if not body.get("abort_all") and not body.get("rid"):
+            raise RequestError("abort_request needs rid or abort_all=true")
+        count = await asyncio.to_thread(engine.scheduler.abort, body.get("rid"), bool(body.get("abort_all")))
+        return _ok(f"aborted {count} request(s)", aborted=count)
+
+    return [
+        ("/generate", ["POST"], generate), ("/health", ["GET"], health),
+        ("/health_generate", ["GET"], health_generate), ("/flush_cache", ["GET", "POST"], flush_cache),
+        ("/pause_generation", ["POST"], pause_generation), ("/continue_generation", ["POST"], continue_generation),
+        ("/abort_request", ["POST"], abort_request),
+    ]
+
+
+def _info_routes(engine: Engine) -> list:
+    async def get_model_info(_request: HTTPRequest):
+        return JSONResponse(engine.model_info())
+
+    async def get_server_info(_request: HTTPRequest):
+        return JSONResponse(engine.server_info())
+
+    async def get_weight_version(_request: HTTPRequest):
+        return JSONResponse({"weight_version": engine.weights.version})
+
+    return [
+        ("/get_model_info", ["GET"], get_model_info), ("/get_server_info", ["GET"], get_server_info),
+        ("/get_weight_version", ["GET"], get_weight_version),
+    ]
+
+
+def _weight_routes(engine: Engine) -> list:
+    w = engine.weights
+
+    async def from_disk(request: HTTPRequest):
+        body = await _json(request)
+        (path,) = _require(body, "model_path")
+        n = await asyncio.to_thread(w.update_from_disk, path, body.get("load_format"), body.get("weight_version"))
+        return _ok(f"loaded {n} tensors from {path}", weight_version=w.version)
+
+    async def init_group(request: HTTPRequest):
+        body = await _json(request)
+        args = _require(body, "master_address", "master_port", "rank_offset", "world_size", "group_name")
+        await asyncio.to_thread(w.init_group, *args, body.get("backend") or "gloo")
+        return _ok(f"joined weights update group {body['group_name']}")
+
+    async def from_distributed(request: HTTPRequest):
+        body = await _json(request)
+        args = _require(body, "names", "dtypes", "shapes", "group_name")
+        n = await asyncio.to_thread(w.update_from_distributed, *args, body.get("weight_version"))
+        return _ok(f"received {n} tensors", weight_version=w.version)
+
+    async def destroy_group(request: HTTPRequest):
+        body = await _json(request)
+        (name,) = _require(body, "group_name")
+        w.destroy_group(name)
+        return _ok(f"destroyed weights update group {name}")
+
+    async def from_tensor(request: HTTPRequest):
+        body = await _json(request)
+        (tensors,) = _require(body, "serialized_named_tensors")
+        n = await asyncio.to_thread(w.update_from_tensor, tensors, body.get("load_format"), body.get("weight_version"))
+        return _ok(f"loaded {n} tensors", weight_version=w.version)
+
+    async def release(request: HTTPRequest):
+        body = await _json(request)
+        await asyncio.to_thread(w.release, body.get("tags"))
+        return _ok("memory released")
+
+    async def resume(request: HTTPRequest):
+        body = await _json(request)
+        await asyncio.to_thread(w.resume, body.get("tags"))
+        return _ok("memory resumed")
+
+    return [
+        ("/update_weights_from_disk", ["POST"], from_disk), ("/init_weights_update_group", ["POST"], init_group),
+        ("/update_weights_from_distributed", ["POST"], from_distributed),
+        ("/destroy_weights_update_group", ["POST"], destroy_group),
+        ("/update_weights_from_tensor", ["POST"], from_tensor),
+        ("/release_memory_occupation", ["POST"], release), ("/resume_memory_occupation", ["POST"], resume),
+    ]
+
+
+async def _client_error(_request: HTTPRequest, exc: RequestError) -> JSONResponse:
+    message = str(exc)
+    return JSONResponse({"error": {"message": message}, "success": False, "message": message}, status_code=400)
+
+
+def build_app(engine: Engine) -> FastAPI:
+    """A FastAPI app serving `engine` (the caller starts/stops the engine's scheduler)."""
+    app = FastAPI(title="slime local engine")
+    for path, methods, handler in _generation_routes(engine) + _info_routes(engine) + _weight_routes(engine):
+        app.add_api_route(path, handler, methods=methods)
+    app.add_exception_handler(RequestError, _client_error)
+    return app

@@ -1,0 +1,184 @@
+"""Weight updates, weight version and memory release/resume of the local engine.
+
+Owns `WeightManager`. Every update loads tensors by Hugging Face name into the live model under the
+scheduler's `model_lock` (so between decode steps), then sets the weight version to the request's
+`weight_version`, or bumps it by one when absent. Sources:
+- disk: every `*.safetensors` file of an HF checkpoint folder;
+- distributed: a `WeightUpdateGroup` (see `slime.utils.weight_transport` for the rendezvous), one
+  broadcast from rank 0 per tensor, in the order of `names`;
+- tensor: a /dev/shm safetensors handle (format in `slime.utils.weight_transport`).
+Memory release drops the KV cache and moves the weights away: on CPU into a torch file in a
+private temp dir (the parameters become empty tensors), on CUDA into host memory; resume puts
+them back. While released the scheduler holds (requests queue).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import shutil
+import tempfile
+
+import torch
+
+from slime.backends.local_engine.sampling import RequestError
+from slime.utils.weight_transport import init_weight_update_group, read_shm_named_tensors
+
+logger = logging.getLogger(__name__)
+
+# Checkpoint names that transformers fuses on load (per-expert MoE weights -> one [E, ...] tensor):
+# pattern -> (fused parameter name, function(expert, fused tensor) -> the view to copy into).
+_FUSED_NAMES = {
+    re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.gate_proj\.weight$"):
+        (r"\1.gate_up_proj", lambda e, t: t[e, : t.shape[1] // 2]),
+    re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.up_proj\.weight$"):
+        (r"\1.gate_up_proj", lambda e, t: t[e, t.shape[1] // 2 :]),
+    re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.down_proj\.weight$"): (r"\1.down_proj", lambda e, t: t[e]),
+}
+
+
+def resolve_parameter(params: dict, name: str) -> torch.Tensor:
+    """The tensor (a parameter or a view of a fused one) that HF checkpoint name `name` loads into.
+
+    Raises `RequestError` if the served model has no such weight.
+    """
+    if name in params:
+        return params[name]
+    for pattern, (target, view) in _FUSED_NAMES.items():
+        match = pattern.match(name)
+        if match and match.expand(target) in params:
+            fused = params[match.expand(target)]
+            if int(match.group(2)) < fused.shape[0]:
+                return view(int(match.group(2)), fused)
+    raise RequestError(f"weight {name!r} is not a parameter of the served model")
+
+
+class WeightManager:
+    """Applies weight updates to `model` and tracks the weight version."""
+
+    def __init__(self, model, scheduler, weight_version: str = "default") -> None:
+        self.model, self.scheduler = model, scheduler
+        self.version = str(weight_version)
+        self._groups: dict = {}
+        self._stash: dict | None = None
+
+    def _set_version(self, version) -> None:
+        if version is not None:
+            self.version = str(version)
+        else:
+            self.version = str(int(self.version) + 1) if self.version.isdigit() else "1"
+
+    def load_named_tensors(self, named, weight_version=None) -> int:
+        """Copy (name, tensor) pairs into the model's parameters (HF names, exact shapes).
+
+        Raises `RequestError` for unknown names or shape mismatches; returns the count loaded.
+        """
+        if self._stash is not None:
+            raise RequestError("weights are released; call /resume_memory_occupation before updating them")
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        pairs = []
+        for name, tensor in named:  # validate everything before touching the model
+            target = resolve_parameter(params, name)
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise RequestError(f"weight {name!r}: shape {tuple(tensor.shape)} != model {tuple(target.shape)}")
+            pairs.append((target, tensor))
+        with self.scheduler.model_lock, torch.no_grad():
+            for target, tensor in pairs:
+                target.copy_(tensor)
+            self._set_version(weight_version)
+        return len(pairs)
+
+    def update_from_disk(self, model_path: str, load_format=None, weight_version=None) -> int:
+        """Load every *.safetensors file of `model_path` (an HF checkpoint folder)."""
+        from safetensors.torch import load_file
+
+        files = sorted(glob.glob(os.path.join(str(model_path), "*.safetensors")))
+        if not files:
+            raise RequestError(f"model_path {model_path!r} has no *.safetensors files")
+        named = [item for f in files for item in load_file(f).items()]
+        return self.load_named_tensors(named, weight_version)
+
+    def init_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="gloo") -> None:
+        """Join the trainer's group `group_name` as rank `rank_offset` (blocks until all joined)."""
+        if group_name in self._groups:
+            raise RequestError(f"weights update group {group_name!r} already exists")
+        self._groups[group_name] = init_weight_update_group(
+            master_address, int(master_port), int(rank_offset), int(world_size), group_name, backend)
+
+    def update_from_distributed(self, names, dtypes, shapes, group_name, weight_version=None) -> int:
+        """Receive each tensor by broadcast from rank 0 of `group_name`, then load them all."""
+        if group_name not in self._groups:
+            raise RequestError(f"group_name {group_name!r} is not initialised (call /init_weights_update_group)")
+        if not len(names) == len(dtypes) == len(shapes):
+            raise RequestError("names, dtypes and shapes must have the same length")
+        group = self._groups[group_name]
+        device = "cuda" if group.device == "cuda" else "cpu"
+        received = []
+        for name, dtype, shape in zip(names, dtypes, shapes):
+            torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
+            if not isinstance(torch_dtype, torch.dtype):
+                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
+            tensor = torch.empty(tuple(shape), dtype=torch_dtype, device=device)
+            group.broadcast(tensor, src=0)
+            received.append((name, tensor))
+        return self.load_named_tensors(received, weight_version)
+
+    def destroy_group(self, group_name: str) -> None:
+        """Forget group `group_name` (its gloo/nccl resources go with the last reference)."""
+        if self._groups.pop(group_name, None) is None:
+            raise RequestError(f"group_name {group_name!r} is not initialised")
+
+    def update_from_tensor(self, serialized_named_tensors, load_format=None, weight_version=None) -> int:
+        """Load from /dev/shm handles; entry 0 is this engine's (one entry per TP rank, TP = 1 here)."""
+        if not isinstance(serialized_named_tensors, list) or not serialized_named_tensors:
+            raise RequestError("serialized_named_tensors must be a non-empty list of base64 strings")
+        try:
+            named = read_shm_named_tensors(serialized_named_tensors[0])
+        except ValueError as exc:
+            raise RequestError(str(exc)) from exc
+        return self.load_named_tensors(named.items(), weight_version)
+
+    # ---- memory ----------------------------------------------------------------------------
+    def _unique_params(self) -> dict[str, torch.nn.Parameter]:
+        return dict(self.model.named_parameters())
+
+    def release(self, tags=None) -> None:
+        """Drop the KV cache (aborting requests in flight) and, unless tags exclude "weights", the weights."""
+        self.scheduler.hold("released", True)
+        self.scheduler.drop_cache()
+        if self._stash is not None or (tags is not None and "weights" not in tags):
+            return
+        with self.scheduler.model_lock:
+            params = self._unique_params()
+            if next(iter(params.values())).device.type == "cuda":
+                self._stash = {"cpu": {n: p.data.to("cpu") for n, p in params.items()}}
+            else:
+                folder = tempfile.mkdtemp(prefix="slime_engine_released_")
+                torch.save({n: p.data for n, p in params.items()}, os.path.join(folder, "weights.pt"))
+                self._stash = {"folder": folder}
+            for p in params.values():
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def resume(self, tags=None) -> None:
+        """Restore what `release` moved away (tags None or containing "weights"), then serve again."""
+        if self._stash is not None and (tags is None or "weights" in tags):
+            with self.scheduler.model_lock:
+                stash, self._stash = self._stash, None
+                if "cpu" in stash:
+                    saved = stash["cpu"]
+                else:
+                    saved = torch.load(os.path.join(stash["folder"], "weights.pt"))
+                    shutil.rmtree(stash["folder"])
+                for name, p in self._unique_params().items():
+                    p.data = saved[name].to(p.device)
+        if self._stash is None:
+            self.scheduler.hold("released", False)
+
+    @property
+    def released(self) -> bool:
+        """True while the weights are moved away."""
+        return self._stash is not None
