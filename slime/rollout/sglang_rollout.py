@@ -246,7 +246,7 @@ async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     results = {}
     for name, path in eval_datasets(args):
         prompts = build_samples(
-            load_prompt_rows(path),
+            load_prompt_rows(path, input_key=args.input_key),
             tokenizer=ctx.tokenizer,
             input_key=args.input_key,
             label_key=args.label_key,

@@ -11,32 +11,28 @@ from __future__ import annotations
 
 import statistics
 
-import torch
-
-from slime.utils.advantages import normalize_group_rewards
+from slime.utils import advantages
 from slime.utils.types import Sample
-
-# estimators whose rewards are centred per prompt group; the std division is GRPO/GSPO's only
-GROUP_CENTRED = {"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"}
-STD_NORMALISED = {"grpo", "gspo", "cispo"}
 
 
 def post_process_rewards(args, samples: list[Sample]) -> tuple[list[float], list[float]]:
     """(raw rewards, rewards used for advantages). Groups are `--n-samples-per-prompt` long and
-    consecutive; rewards are centred per group (and divided by std + 1e-6 for GRPO-like
-    estimators unless `--disable-grpo-std-normalization`) unless `--disable-rewards-normalization`."""
+    consecutive; the normalisation rules live in `slime.utils.advantages.post_process_rewards`."""
     raw = [float(s.get_reward_value(args)) for s in samples]
-    if args.advantage_estimator not in GROUP_CENTRED or getattr(args, "disable_rewards_normalization", False):
-        return raw, list(raw)
     n = args.n_samples_per_prompt
     if len(raw) % n:
         raise ValueError(
             f"{len(raw)} samples are not whole groups of --n-samples-per-prompt {n}; "
             "a dynamic filter or custom rollout returned a partial group"
         )
-    use_std = args.advantage_estimator in STD_NORMALISED and not getattr(args, "disable_grpo_std_normalization", False)
-    rewards = normalize_group_rewards(torch.tensor(raw, dtype=torch.float32), n, use_std=use_std)
-    return raw, rewards.flatten().tolist()
+    rewards = advantages.post_process_rewards(
+        raw,
+        estimator=args.advantage_estimator,
+        n_samples_per_prompt=n,
+        rewards_normalization=not args.disable_rewards_normalization,
+        grpo_std_normalization=not args.disable_grpo_std_normalization,
+    )
+    return raw, rewards.tolist()
 
 
 def samples_to_train_data(args, samples: list[Sample], rewards_fn=post_process_rewards) -> dict:

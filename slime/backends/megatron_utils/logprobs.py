@@ -46,12 +46,20 @@ def vocab_parallel_log_probs(
     tp_group=None,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [N, V_local] (this rank's vocab shard), targets [N] (global ids) ->
-    (log p(target) [N], entropy [N] or None), in fp32, differentiable w.r.t. logits."""
+    (log p(target) [N], entropy [N] or None), in fp32, differentiable w.r.t. logits.
+
+    Columns at or beyond `vocab_size` (megatron pads the vocabulary to a multiple of
+    `make_vocab_size_divisible_by * TP`) are excluded, so the distribution is the tokenizer's
+    and does not change with the TP size."""
     rank, size = _tp(tp_group)
     logits = logits.float() / temperature
     v_local = logits.shape[-1]
+    if vocab_size is not None and (rank + 1) * v_local > vocab_size:
+        padded = torch.arange(rank * v_local, (rank + 1) * v_local, device=logits.device) >= vocab_size
+        logits = logits.masked_fill(padded, float("-inf"))
     with torch.no_grad():
         peak = logits.max(dim=-1, keepdim=True).values
         if size > 1:
@@ -63,10 +71,12 @@ def vocab_parallel_log_probs(
     start = rank * v_local
     in_shard = (targets >= start) & (targets < start + v_local)
     local = (targets - start).clamp(0, v_local - 1)
-    picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_shard
+    gathered = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1)
+    picked = torch.where(in_shard, gathered, torch.zeros_like(gathered))
     log_probs = _sum(picked, tp_group, size) - log_z
     if not with_entropy:
         return log_probs, None
     # H = log Z - E_p[shifted logit]
-    expected = _sum((exp * shifted).sum(dim=-1), tp_group, size) / sum_exp
+    weighted = torch.where(exp > 0, exp * shifted, torch.zeros_like(exp))  # 0 * -inf at padding
+    expected = _sum(weighted.sum(dim=-1), tp_group, size) / sum_exp
     return log_probs, log_z - expected

@@ -39,17 +39,19 @@ def pack_sequences(
     pad_to_multiple: int = 1,
     with_mask: bool = True,
     device: torch.device | str = "cpu",
+    min_length: int = 0,
 ) -> PackedBatch:
     """Pack token lists (prompt + response each) into one row.
 
-    `pad_to_multiple` pads the row (e.g. to TP size for sequence parallel); padded positions
-    belong to no sample and attend only to themselves.
+    The row is padded to at least `min_length` (pipeline stages exchange fixed-shape
+    activations) and to a multiple of `pad_to_multiple` (TP size under sequence parallel);
+    padded positions belong to no sample and attend only to themselves.
     """
     lengths = [len(s) for s in sequences]
     for i, (length, resp) in enumerate(zip(lengths, response_lengths)):
         if not 0 < resp < length:
             raise ValueError(f"sample {i}: response length {resp} must be in (0, {length}) (its total length)")
-    total = sum(lengths)
+    total = max(sum(lengths), min_length)
     padded = -(-total // pad_to_multiple) * pad_to_multiple
     tokens = torch.zeros(1, padded, dtype=torch.long)
     position_ids = torch.zeros(1, padded, dtype=torch.long)

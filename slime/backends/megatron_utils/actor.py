@@ -1,0 +1,270 @@
+"""The Megatron trainer of one rank: log-probs, advantages, optimizer steps, metrics.
+
+`MegatronTrainer.train(rollout_id, rollout_data)` runs slime's step: split the rollout into
+global batches and, per batch, this data-parallel rank's samples; compute old (and reference)
+log-probs with forward-only passes; advantages and returns; then for each global batch pack
+micro-batches (fixed `--micro-batch-size` or dynamic by `--max-tokens-per-gpu`), run megatron's
+forward-backward schedule and step the optimizer and LR schedule. Every rank receives the whole
+`rollout_data` dict and picks its share deterministically, so layouts agree by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.megatron_utils import train_step as ts
+from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
+from slime.utils.plugins import call_before_train_step_hook, call_custom_advantage, call_custom_loss
+from slime.utils.advantages import advantage_options_from_args, compute_advantages_and_returns
+from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
+from slime.utils.misc import load_function
+from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
+
+logger = logging.getLogger(__name__)
+
+PER_TOKEN_KEYS = ("log_probs", "ref_log_probs", "rollout_log_probs", "advantages", "returns")
+
+
+def _mpu():
+    from megatron.core import parallel_state as mpu
+
+    return mpu
+
+
+class MegatronTrainer:
+    """Model, optimizer and schedule of this rank plus the train/log-prob logic."""
+
+    def __init__(self, args, with_ref: bool | None = None):
+        self.args = args
+        self.state = build_train_state(args)
+        needs_ref = args.use_kl_loss or args.kl_coef != 0
+        self.ref_model = build_reference_model(args) if (needs_ref if with_ref is None else with_ref) else None
+        self._hook = load_function(args.custom_megatron_before_train_step_hook_path) \
+            if args.custom_megatron_before_train_step_hook_path else None
+        self._custom_loss = load_function(args.custom_loss_function_path) if args.loss_type == "custom_loss" else None
+        self.step_id = 0
+
+    # ----- data split -------------------------------------------------------------------
+    def step_indices(self, rollout_data: dict) -> list[list[int]]:
+        """Per global batch, the sample indices this data-parallel rank trains on."""
+        n, gbs = len(rollout_data["tokens"]), self.args.global_batch_size
+        if n % gbs:
+            raise ValueError(f"rollout has {n} samples, not a multiple of --global-batch-size {gbs}")
+        mpu = _mpu()
+        dp_rank, dp_size = mpu.get_data_parallel_rank(), mpu.get_data_parallel_world_size()
+        lengths = [len(t) for t in rollout_data["tokens"]]
+        out = []
+        for start in range(0, n, gbs):
+            parts = split_for_data_parallel(lengths[start:start + gbs], dp_size, self.args.balance_data)
+            out.append([start + i for i in parts[dp_rank]])
+        return out
+
+    def _micro_batches(self, rollout_data: dict, indices: list[int], max_tokens: int | None, keys=()) -> list:
+        args = self.args
+        lengths = [len(rollout_data["tokens"][i]) for i in indices]
+        if args.use_dynamic_batch_size:
+            groups = dynamic_microbatches(lengths, max_tokens)
+            count = torch.tensor(len(groups))
+            dist.all_reduce(count, op=dist.ReduceOp.MAX, group=_mpu().get_data_parallel_group())
+            groups = dynamic_microbatches(lengths, max_tokens, num=int(count))
+        else:
+            size = args.micro_batch_size
+            groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
+        tp = _mpu().get_tensor_model_parallel_world_size()
+        pad = tp if self.state.config.sequence_parallel else 1
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+        with_mask = self.args.transformer_impl == "local"
+        groups = [[indices[j] for j in g] for g in groups if g]
+        lengths = self._padded_lengths(rollout_data, groups)
+        return [ts.build_micro_batch(rollout_data, g, pad_to=pad, with_mask=with_mask, device=device,
+                                     keys=keys, min_length=n) for g, n in zip(groups, lengths)]
+
+    def _padded_lengths(self, rollout_data: dict, groups: list[list[int]]) -> list[int]:
+        """Row length of each micro-batch. Pipeline stages exchange fixed-shape activations
+        (pad all to the longest); the allgather MoE dispatcher gathers equal-sized token blocks
+        from every expert-parallel rank (pad micro-batch j to its longest over data parallel)."""
+        mpu = _mpu()
+        lengths = torch.tensor([sum(len(rollout_data["tokens"][i]) for i in g) for g in groups])
+        if mpu.get_expert_model_parallel_world_size() > 1 and mpu.get_data_parallel_world_size() > 1:
+            dist.all_reduce(lengths, op=dist.ReduceOp.MAX, group=mpu.get_data_parallel_group())
+        if mpu.get_pipeline_model_parallel_world_size() > 1:
+            lengths[:] = lengths.max()
+        return lengths.tolist()
+
+    # ----- log-probs ---------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False) -> dict | None:
+        """Response log-probs (and entropy) of `indices` under `model` (default: the actor).
+        Returns {sample index: tensor} on the last pipeline stage, None elsewhere."""
+        model = model if model is not None else self.state.model[0]
+        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
+        mbs = self._micro_batches(rollout_data, indices, max_tokens)
+        loss_fn = partial(ts.log_prob_loss_fn, **self._logprob_kw(with_entropy))
+        model.eval()
+        outputs = ts.run_schedule([model], mbs, loss_fn, forward_only=True)
+        model.train()
+        if not _mpu().is_pipeline_last_stage():
+            return None
+        result = {"log_probs": {}, "entropy": {}}
+        for out in outputs:
+            for k, i in enumerate(out["sample_ids"]):
+                result["log_probs"][i] = out["log_probs"][k]
+                if "entropy" in out:
+                    result["entropy"][i] = out["entropy"][k]
+        return result
+
+    def _logprob_kw(self, with_entropy: bool) -> dict:
+        return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
+                    with_entropy=with_entropy, vocab_size=self.args.vocab_size)
+
+    def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
+        """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""
+        n = len(rollout_data["tokens"])
+        if self.args.use_rollout_logprobs:
+            rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
+        else:
+            got = self.compute_log_prob(rollout_data, mine)
+            if got is not None:
+                rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+        if self.ref_model is not None:
+            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model)
+            if got is not None:
+                rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+
+    # ----- advantages ----------------------------------------------------------------------
+    def _fill_advantages(self, rollout_data: dict, mine: list[int]) -> None:
+        """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
+        computes the loss). `--custom-advantage-function-path` replaces the estimator."""
+        if not _mpu().is_pipeline_last_stage():
+            return
+        if self.args.custom_advantage_function_path:
+            call_custom_advantage(load_function(self.args.custom_advantage_function_path), self.args, rollout_data)
+            return
+        opts = advantage_options_from_args(self.args)
+        estimator = opts.pop("estimator")
+        def pick(key):
+            return [torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in mine] if key in rollout_data else None
+        advantages, returns = compute_advantages_and_returns(
+            estimator,
+            rewards=[float(rollout_data["rewards"][i]) for i in mine],
+            loss_masks=pick("loss_masks"),
+            response_lengths=[rollout_data["response_lengths"][i] for i in mine],
+            total_lengths=[len(rollout_data["tokens"][i]) for i in mine],
+            log_probs=pick("log_probs"),
+            ref_log_probs=pick("ref_log_probs"),
+            **opts,
+        )
+        n = len(rollout_data["tokens"])
+        rollout_data["advantages"], rollout_data["returns"] = [None] * n, [None] * n
+        for k, i in enumerate(mine):
+            rollout_data["advantages"][i], rollout_data["returns"][i] = advantages[k], returns[k]
+
+    # ----- loss ---------------------------------------------------------------------------
+    def _compute_loss(self, mb, log_probs, entropy, logits):
+        args, t = self.args, mb.tensors
+        lengths = mb.packed.response_lengths
+        if self._custom_loss is not None:
+            batch = {"log_probs": log_probs, "entropy": entropy, "loss_masks": mb.loss_masks,
+                     "response_lengths": lengths, "total_lengths": mb.packed.total_lengths, **t}
+            reducer = get_sum_of_sample_mean(mb.packed.total_lengths, lengths, mb.loss_masks,
+                                             args.calculate_per_token_loss)
+            return call_custom_loss(self._custom_loss, args, batch, logits, reducer)
+        fn, opts = get_loss_function(args.loss_type), loss_options_from_args(args.loss_type, args)
+        common = dict(loss_masks=mb.loss_masks, response_lengths=lengths, total_lengths=mb.packed.total_lengths)
+        if args.loss_type == "sft_loss":
+            return fn(log_probs=log_probs, **common, **opts)
+        if args.custom_tis_function_path:
+            opts["tis_function"] = load_function(args.custom_tis_function_path)
+        return fn(log_probs=log_probs, old_log_probs=t["log_probs"], advantages=t["advantages"],
+                  ref_log_probs=t.get("ref_log_probs"), entropy=entropy,
+                  rollout_log_probs=t.get("rollout_log_probs"), **common, **opts)
+
+    def _loss_scale(self, rollout_data: dict, step: list[int], num_mbs: int) -> tuple[float, float]:
+        """(scale of each micro-batch loss, normaliser of summed metrics) for one global batch."""
+        mpu = _mpu()
+        dp = mpu.get_data_parallel_world_size()
+        if self.args.calculate_per_token_loss:
+            tokens = torch.tensor(float(sum(sum(rollout_data["loss_masks"][i]) for i in step)))
+            dist.all_reduce(tokens, group=mpu.get_data_parallel_group())
+            norm = max(float(tokens), 1.0)
+        else:
+            norm = float(self.args.global_batch_size)
+        return num_mbs * dp / norm, norm
+
+    # ----- train --------------------------------------------------------------------------
+    def train(self, rollout_id: int, rollout_data: dict) -> dict[str, float]:
+        """One rollout's optimizer steps. Returns namespaced metrics averaged over the steps
+        (same dict on every rank)."""
+        start = time.monotonic()
+        steps = self.step_indices(rollout_data)
+        mine = sorted(i for step in steps for i in step)
+        self._fill_log_probs(rollout_data, mine)
+        self._fill_advantages(rollout_data, mine)
+        per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
+        metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
+        tokens = torch.tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
+        dist.all_reduce(tokens, group=_mpu().get_data_parallel_group())
+        seconds = time.monotonic() - start
+        metrics["perf/train_seconds"] = seconds
+        metrics["perf/train_tokens_per_s"] = float(tokens) / seconds if seconds > 0 else 0.0
+        return metrics
+
+    def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
+        args, state = self.args, self.state
+        if self._hook is not None:
+            call_before_train_step_hook(self._hook, args, rollout_id, self.step_id, state.model,
+                                        state.optimizer, state.scheduler)
+        keys = PER_TOKEN_KEYS if _mpu().is_pipeline_last_stage() else ()
+        mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys)
+        scale, norm = self._loss_scale(rollout_data, step, len(mbs))
+        loss_fn = partial(ts.train_loss_fn, compute_loss=self._compute_loss, scale=scale,
+                          **self._logprob_kw(with_entropy=True))  # entropy is always reported
+        for model in state.model:
+            model.zero_grad_buffer()
+        state.optimizer.zero_grad()
+        outputs = ts.run_schedule(state.model, mbs, loss_fn, forward_only=False)
+        lr = float(state.optimizer.param_groups[0]["lr"])  # the rate this step uses
+        ok, grad_norm, _ = state.optimizer.step()
+        if ok:
+            state.scheduler.step(increment=1)
+        self.step_id += 1
+        metrics = self._reduce_metrics(outputs, norm)
+        metrics["train/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+        metrics["train/lr"] = lr
+        metrics["train/skipped_step"] = float(not ok)
+        return metrics
+
+    def _reduce_metrics(self, outputs: list, norm: float) -> dict[str, float]:
+        """Sum micro-batch metric sums over DP on the last stage, divide by the batch
+        normaliser, and broadcast from the last pipeline stage to every stage."""
+        mpu = _mpu()
+        names = sorted(outputs[0]["metrics"]) if outputs else []
+        count = torch.tensor([len(names)], dtype=torch.long)
+        src = mpu.get_pipeline_model_parallel_last_rank()
+        pp_group = mpu.get_pipeline_model_parallel_group()
+        dist.broadcast(count, src=src, group=pp_group)
+        values = torch.zeros(int(count), dtype=torch.float64)
+        if mpu.is_pipeline_last_stage():
+            for out in outputs:
+                values += torch.stack([out["metrics"][k].double().cpu() for k in names])
+            dist.all_reduce(values, group=mpu.get_data_parallel_group())
+            values /= norm
+        dist.broadcast(values, src=src, group=pp_group)
+        names = self._broadcast_names(names, src, pp_group)
+        return {f"train/{k}": float(v) for k, v in zip(names, values.tolist())}
+
+    @staticmethod
+    def _broadcast_names(names: list[str], src: int, group) -> list[str]:
+        box = [names]
+        dist.broadcast_object_list(box, src=src, group=group)
+        return box[0]
+
+    @property
+    def model(self):
+        """The unwrapped GPTModel of this rank (for weight export and tests)."""
+        return unwrap(self.state.model[0])

@@ -1,0 +1,109 @@
+"""Micro-batches through megatron's pipeline schedule: log-probs (forward only) and loss steps.
+
+A micro-batch is a set of samples packed into one row (`packing.pack_sequences`). Its logits are
+turned into response-token log-probs (and entropy) with vocab-parallel math, then into the loss
+of `--loss-type`. Loss scaling makes the step's gradient that of the mean over the global batch
+of each sample's mean token loss (slime's reduction), whatever the DP size and the number of
+micro-batches: megatron divides each micro-batch loss by the number of micro-batches and DDP
+averages over data-parallel ranks, so each micro-batch loss is multiplied by
+`num_microbatches * dp_size / global_batch_size` (or divided by the step's masked-token count
+with `--calculate-per-token-loss`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+import torch
+
+from slime.backends.megatron_utils.logprobs import vocab_parallel_log_probs
+from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, response_slices, response_targets
+
+
+@dataclass
+class MicroBatch:
+    """One packed micro-batch plus the per-sample tensors its loss needs (flat over response
+    tokens, in sample order)."""
+
+    packed: PackedBatch
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    loss_masks: list[torch.Tensor] = field(default_factory=list)
+
+
+def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, with_mask: bool, device,
+                      keys: tuple[str, ...] = (), min_length: int = 0) -> MicroBatch:
+    """Pack the samples `indices` of `rollout_data`; `keys` name per-sample per-token lists
+    (e.g. advantages, log_probs) concatenated into flat tensors."""
+    packed = pack_sequences(
+        [rollout_data["tokens"][i] for i in indices],
+        [rollout_data["response_lengths"][i] for i in indices],
+        sample_ids=indices, pad_to_multiple=pad_to, with_mask=with_mask, device=device, min_length=min_length,
+    )
+    tensors = {
+        key: torch.cat([torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in indices]).to(device)
+        for key in keys if key in rollout_data
+    }
+    masks = [torch.as_tensor(rollout_data["loss_masks"][i], dtype=torch.float32, device=device) for i in indices]
+    return MicroBatch(packed=packed, tensors=tensors, loss_masks=masks)
+
+
+def response_log_probs(logits: torch.Tensor, mb: MicroBatch, *, tp_group, temperature: float,
+                       with_entropy: bool, vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [1, T, V/tp] -> flat log-probs (and entropy) of every response token of `mb`."""
+    rows = logits[0]
+    picked = torch.cat([rows[s] for s in response_slices(mb.packed)])
+    targets = torch.cat(response_targets(mb.packed))
+    return vocab_parallel_log_probs(picked, targets, tp_group=tp_group, temperature=temperature,
+                                    with_entropy=with_entropy, vocab_size=vocab_size)
+
+
+def _forward_step(loss_fn: Callable, data_iterator, model):
+    mb: MicroBatch = next(data_iterator)
+    output = model(
+        input_ids=mb.packed.tokens,
+        position_ids=mb.packed.position_ids,
+        attention_mask=mb.packed.attention_mask,
+    )
+    return output, partial(loss_fn, mb)
+
+
+def run_schedule(model: list, micro_batches: list[MicroBatch], loss_fn: Callable, *, forward_only: bool) -> list:
+    """Run megatron's forward(-backward) schedule over the micro-batches; returns the per
+    micro-batch dicts `loss_fn` reported (non-empty on the last pipeline stage only)."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    if not micro_batches:
+        return []
+    seq_len = max(mb.packed.tokens.shape[1] for mb in micro_batches)
+    return get_forward_backward_func()(
+        forward_step_func=partial(_forward_step, loss_fn),
+        data_iterator=iter(micro_batches),
+        model=model,
+        num_microbatches=len(micro_batches),
+        seq_length=seq_len,
+        micro_batch_size=1,
+        forward_only=forward_only,
+    )
+
+
+def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
+    """Forward-only loss function: reports response log-probs (and entropy) per sample.
+    `logprob_kw`: tp_group, temperature, with_entropy, vocab_size of `response_log_probs`."""
+    log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
+    split = list(mb.packed.response_lengths)
+    out = {"sample_ids": mb.packed.sample_ids, "log_probs": [t.detach().cpu() for t in log_probs.split(split)]}
+    if entropy is not None:
+        out["entropy"] = [t.detach().cpu() for t in entropy.split(split)]
+    return torch.zeros((), device=logits.device), out
+
+
+def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float, **logprob_kw):
+    """Training loss function: `compute_loss(mb, log_probs, entropy, logits) -> (loss, metrics)`
+    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward."""
+    log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
+    loss, metrics = compute_loss(mb, log_probs, entropy, logits)
+    metrics = {k: v.detach().float() for k, v in metrics.items()}
+    metrics["loss"] = loss.detach().float()
+    return loss * scale, {"metrics": metrics}

@@ -1,0 +1,45 @@
+"""One training step of the Megatron trainer on gloo: parallel layouts agree with one rank, a GRPO
+step moves log-probs the way the advantages say, and the first step's ppo_kl is zero."""
+
+import pytest
+
+from tests.distributed.megatron_harness import logprob_shift, train_metrics
+
+pytestmark = pytest.mark.distributed
+
+REL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def single_rank(tiny_moe_hf, tiny_dense_hf, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("base")
+    return {
+        "moe": train_metrics(tiny_moe_hf, 1, [], tmp, tag="moe")[0],
+        "dense": train_metrics(tiny_dense_hf, 1, [], tmp, tag="dense")[0],
+    }
+
+
+LAYOUTS = {
+    "dp2-moe": ("moe", []),
+    "ep2-moe": ("moe", ["--expert-model-parallel-size", "2"]),
+    "pp2-moe": ("moe", ["--pipeline-model-parallel-size", "2"]),
+    "tp2-dense": ("dense", ["--tensor-model-parallel-size", "2"]),
+    "tp2-sp-moe": ("moe", ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_two_rank_layout_matches_one_rank(name, single_rank, tiny_moe_hf, tiny_dense_hf, tmp_path):
+    model, extra = LAYOUTS[name]
+    hf = tiny_moe_hf if model == "moe" else tiny_dense_hf
+    got = train_metrics(hf, 2, extra, tmp_path)[0]
+    want = single_rank[model]
+    for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/entropy_loss"):
+        assert got[key] == pytest.approx(want[key], rel=REL), f"{name}: {key} {got[key]} vs one rank {want[key]}"
+
+
+def test_grpo_step_moves_log_probs_with_advantages(tiny_moe_hf, tmp_path):
+    result = logprob_shift(tiny_moe_hf, tmp_path)
+    assert abs(result["metrics"]["train/ppo_kl"]) <= 1e-8
+    for reward, shift in zip(result["rewards"], result["shift"]):
+        assert (shift > 0) == (reward > 0), f"reward {reward} but log-prob moved by {shift}"
