@@ -1,0 +1,167 @@
+"""Weight updates of the local engine over real HTTP: disk, distributed (gloo, this process is rank 0)
+and /dev/shm tensors each make the engine generate exactly what transformers generates with the new
+weights, and report the new version; bad updates get 400; memory release/resume keeps the weights."""
+
+import glob
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
+from slime.utils.weight_transport import init_weight_update_group, write_shm_named_tensors
+from tests.unit.backends.local_engine.conftest import free_port, hf_greedy, hf_logprobs
+
+PROMPTS = [[3, 14, 15, 92, 65], [27, 18, 28]]
+N_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def url(engine_factory, tiny_moe_hf):
+    return engine_factory(tiny_moe_hf)
+
+
+@pytest.fixture(scope="module")
+def perturbed(tiny_moe_hf, tmp_path_factory):
+    """`make(seed) -> (folder, {hf_name: tensor})`: the tiny checkpoint with seeded noise on every tensor."""
+
+    def make(seed):
+        folder = tmp_path_factory.mktemp(f"perturbed_{seed}")
+        shutil.copytree(tiny_moe_hf, folder, dirs_exist_ok=True)
+        gen = torch.Generator().manual_seed(seed)
+        named = {}
+        for path in glob.glob(os.path.join(folder, "*.safetensors")):
+            tensors = {k: v + 0.05 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in load_file(path).items()}
+            save_file(tensors, path)
+            named.update(tensors)
+        return folder, named
+
+    return make
+
+
+def _check_engine_serves(url, folder, version):
+    """The engine's greedy outputs and logprobs equal transformers' with the checkpoint in `folder`."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    client = SyncEngineClient(url)
+    assert client.get_weight_version() == version
+    for prompt in PROMPTS:
+        res = client.generate({"input_ids": prompt, "return_logprob": True,
+                               "sampling_params": {"temperature": 0, "max_new_tokens": N_NEW}})
+        assert res["output_ids"] == hf_greedy(model, prompt, N_NEW)
+        assert res["meta_info"]["weight_version"] == version
+        got = torch.tensor([e[0] for e in res["meta_info"]["output_token_logprobs"]])
+        torch.testing.assert_close(got, hf_logprobs(model, prompt, res["output_ids"], 0.0), atol=1e-5, rtol=0)
+
+
+def _outputs(url):
+    client = SyncEngineClient(url)
+    return [client.generate({"input_ids": p, "sampling_params": {"temperature": 0, "max_new_tokens": N_NEW}})["output_ids"]
+            for p in PROMPTS]
+
+
+def test_update_from_disk(url, perturbed, tiny_moe_hf):
+    before = _outputs(url)
+    _check_engine_serves(url, tiny_moe_hf, "default")
+    folder, _ = perturbed(1)
+    SyncEngineClient(url).update_weights_from_disk(str(folder), weight_version="disk-1")
+    assert _outputs(url) != before
+    _check_engine_serves(url, folder, "disk-1")
+
+
+def test_update_from_distributed_gloo_group(url, perturbed):
+    folder, named = perturbed(2)
+    client, port = SyncEngineClient(url), free_port()
+    names = sorted(named)
+    with ThreadPoolExecutor(1) as pool:
+        joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "test_sync", "gloo")
+        group = init_weight_update_group("127.0.0.1", port, 0, 2, "test_sync", "gloo", timeout_s=60)
+        joined.result(timeout=60)
+        done = pool.submit(client.update_weights_from_distributed, names,
+                           [str(named[n].dtype).removeprefix("torch.") for n in names],
+                           [list(named[n].shape) for n in names], "test_sync", True, "dist-2")
+        for name in names:
+            group.broadcast(named[name].clone(), src=0)
+        done.result(timeout=60)
+    client.destroy_weights_update_group("test_sync")
+    _check_engine_serves(url, folder, "dist-2")
+    with pytest.raises(EngineHTTPError):
+        client.destroy_weights_update_group("test_sync")
+
+
+def test_update_from_tensor_via_shm(url, perturbed):
+    folder, named = perturbed(3)
+    handle, path = write_shm_named_tensors(named)
+    try:
+        SyncEngineClient(url).update_weights_from_tensor([handle], weight_version="7")
+    finally:
+        os.unlink(path)
+    _check_engine_serves(url, folder, "7")
+    # without weight_version a numeric version is bumped
+    handle, path = write_shm_named_tensors(named)
+    try:
+        SyncEngineClient(url).update_weights_from_tensor([handle])
+    finally:
+        os.unlink(path)
+    _check_engine_serves(url, folder, "8")
+
+
+def test_bad_updates_get_400_and_change_nothing(url):
+    client = SyncEngineClient(url)
+    before, version = _outputs(url), client.get_weight_version()
+    bad = [({"model.no_such.weight": torch.zeros(2)}, "no_such"),
+           ({"model.norm.weight": torch.zeros(3), "model.embed_tokens.weight": torch.zeros(128, 64)}, "shape")]
+    for named, needle in bad:
+        handle, path = write_shm_named_tensors(named)
+        try:
+            with pytest.raises(EngineHTTPError) as err:
+                client.update_weights_from_tensor([handle], weight_version="bad")
+        finally:
+            os.unlink(path)
+        assert err.value.status == 400 and needle in err.value.body
+    with pytest.raises(EngineHTTPError) as err:
+        client.update_weights_from_disk("/nonexistent/folder")
+    assert err.value.status == 400
+    with pytest.raises(EngineHTTPError) as err:
+        client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[64]], "no_group")
+    assert err.value.status == 400 and "no_group" in err.value.body
+    assert _outputs(url) == before and client.get_weight_version() == version
+
+
+def test_release_and_resume_memory_keep_the_weights(url):
+    client = SyncEngineClient(url)
+    before = _outputs(url)
+    client.release_memory_occupation()
+    assert client.get_server_info()["released"] is True
+    client.resume_memory_occupation(["weights", "kv_cache"])
+    assert client.get_server_info()["released"] is False
+    assert _outputs(url) == before
+
+
+def test_requests_wait_while_memory_is_released(url):
+    import asyncio
+    import time
+
+    from slime.utils.engine_client import EngineClient
+
+    client = SyncEngineClient(url)
+    before = _outputs(url)
+
+    async def run():
+        async with EngineClient(url) as c:
+            await c.release_memory_occupation()
+            task = asyncio.create_task(c.generate({"input_ids": PROMPTS[0],
+                                                   "sampling_params": {"temperature": 0, "max_new_tokens": N_NEW}}))
+            deadline = time.monotonic() + 60
+            while (await c.get_server_info())["waiting"] != 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            assert not task.done()
+            await c.resume_memory_occupation()
+            return await task
+
+    assert asyncio.run(run())["output_ids"] == before[0]
+    assert client.get_server_info()["released"] is False
