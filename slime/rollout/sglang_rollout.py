@@ -105,8 +105,11 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     Appends the new tokens, text and logprobs to `sample`, records the weight version and sets
     the status from SGLang's finish reason. slime-compatible: `generate(args, sample, params)`.
     """
-    client = ctx.client if ctx else EngineClient(router_url(args))
-    tokenizer = ctx.tokenizer if ctx else load_tokenizer(args.hf_checkpoint)
+    if ctx is None:  # called directly (slime's signature): a short-lived context of its own
+        ctx = RolloutContext.create(args)
+        async with ctx.client:
+            return await generate(args, sample, sampling_params, ctx=ctx)
+    client, tokenizer = ctx.client, ctx.tokenizer
     if not sample.tokens:
         sample.tokens = tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
     budget = sampling_params["max_new_tokens"] - sample.response_length
@@ -180,16 +183,24 @@ async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampli
 
 
 async def _abort_engines(ctx: RolloutContext) -> None:
-    """Abort everything in flight on every engine behind the router."""
+    """Abort everything in flight on every engine behind the router (`GET /workers` lists them)."""
     ctx.aborted = True
-    for url in await ctx.client.list_worker_urls():
-        await EngineClient(url).abort_request(abort_all=True)
+    body = await ctx.client.request("GET", "/workers")
+    for worker in body.get("workers", []) if isinstance(body, dict) else body:
+        async with EngineClient(worker["url"] if isinstance(worker, dict) else str(worker)) as engine:
+            await engine.abort_request(abort_all=True)
 
 
 async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[list[list[Sample]], dict]:
     """Collect `--rollout-batch-size` groups that pass the dynamic filter; returns them in the
     order their prompts were drawn, plus rollout metrics."""
     ctx = RolloutContext.create(args, rollout_id)
+    async with ctx.client:
+        return await _collect_groups(ctx, data_source)
+
+
+async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[Sample]], dict]:
+    args = ctx.args
     params = sampling_params_from_args(args)
     dyn_filter = _maybe_load(args.dynamic_sampling_filter_path)
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
@@ -200,10 +211,15 @@ async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[li
     start = time.monotonic()
     while len(kept) < target:
         while len(pending) + len(kept) < target:
-            for group in data_source.get_samples(batch):
+            groups = data_source.get_samples(batch)
+            if not groups:
+                break
+            for group in groups:
                 task = asyncio.create_task(generate_and_rm_group(ctx, group, params, False))
                 pending[task] = order
                 order += 1
+        if not pending:
+            raise RuntimeError(f"the data source ran out after {len(kept)} of {target} groups (--rollout-batch-size)")
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             group, position = task.result(), pending.pop(task)
@@ -212,10 +228,12 @@ async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[li
                 kept.append((position, group))
             else:
                 drops[verdict.reason or "filtered"] += 1
-    leftovers = await _drain(ctx, pending)
+    kept.sort(key=lambda x: x[0])
+    # groups that finished beyond the target in the last round are spare, like the aborted ones
+    leftovers = await _drain(ctx, pending) + [g for _, g in kept[target:]]
     if args.partial_rollout and leftovers:
         data_source.add_samples(leftovers)
-    kept = [g for _, g in sorted(kept, key=lambda x: x[0])][:target]
+    kept = [g for _, g in kept[:target]]
     metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
     metrics["rollout/aborted_groups"] = float(len(leftovers))
     metrics["perf/rollout_seconds"] = time.monotonic() - start
@@ -242,35 +260,40 @@ def eval_datasets(args) -> list[tuple[str, str]]:
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
     ctx = RolloutContext.create(args, rollout_id)
+    async with ctx.client:
+        return {name: await _eval_dataset(ctx, path) for name, path in eval_datasets(args)}
+
+
+async def _eval_dataset(ctx: RolloutContext, path: str) -> dict:
+    """One eval dataset: every prompt `--n-samples-per-eval-prompt` times, generated and rewarded."""
+    args = ctx.args
+    prompts = build_samples(
+        load_prompt_rows(path, input_key=args.input_key),
+        tokenizer=ctx.tokenizer,
+        input_key=args.input_key,
+        label_key=args.label_key,
+        metadata_key=args.metadata_key,
+        tool_key=args.tool_key,
+        apply_chat_template=args.apply_chat_template,
+        apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+        max_prompt_len=args.rollout_max_prompt_len,
+        source=path,
+    )
+    n = args.n_samples_per_eval_prompt
+    groups = []
+    for i, prompt in enumerate(prompts):
+        group = [copy.deepcopy(prompt) for _ in range(n)]
+        for j, s in enumerate(group):
+            s.group_index, s.index = i, i * n + j
+        groups.append(group)
     params = sampling_params_from_args(args, evaluation=True)
-    results = {}
-    for name, path in eval_datasets(args):
-        prompts = build_samples(
-            load_prompt_rows(path, input_key=args.input_key),
-            tokenizer=ctx.tokenizer,
-            input_key=args.input_key,
-            label_key=args.label_key,
-            metadata_key=args.metadata_key,
-            tool_key=args.tool_key,
-            apply_chat_template=args.apply_chat_template,
-            apply_chat_template_kwargs=args.apply_chat_template_kwargs,
-            max_prompt_len=args.rollout_max_prompt_len,
-            source=path,
-        )
-        groups = []
-        for i, prompt in enumerate(prompts):
-            group = [copy.deepcopy(prompt) for _ in range(args.n_samples_per_eval_prompt)]
-            for j, s in enumerate(group):
-                s.group_index, s.index = i, i * args.n_samples_per_eval_prompt + j
-            groups.append(group)
-        done = await asyncio.gather(*(generate_and_rm_group(ctx, g, params, True) for g in groups))
-        samples = [s for g in done for s in g]
-        results[name] = {
-            "rewards": [_eval_reward(args, s) for s in samples],
-            "truncated": [s.status == Sample.Status.TRUNCATED for s in samples],
-            "samples": samples,
-        }
-    return results
+    done = await asyncio.gather(*(generate_and_rm_group(ctx, g, params, True) for g in groups))
+    samples = [s for g in done for s in g]
+    return {
+        "rewards": [_eval_reward(args, s) for s in samples],
+        "truncated": [s.status == Sample.Status.TRUNCATED for s in samples],
+        "samples": samples,
+    }
 
 
 def _eval_reward(args, sample: Sample) -> float:
