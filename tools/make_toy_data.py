@@ -1,11 +1,16 @@
-"""The toy RL task: continue a run of consecutive digits with the next digit.
+"""The toy RL task: the parity of a number, `"{n} mod 2"` -> `"0"` or `"1"`, for n in 0..999.
 
-Owns the prompt pool, its train/eval split and the JSONL files `train.jsonl` / `eval.jsonl`
-(rows `{"prompt": "3 4 5", "label": "6", "metadata": {...}}`). The answer is one character, so
-it is one token of the tiny tokenizer (tools/make_tiny_model.py), and the `math` reward scores
-it by exact match. A random tiny model starts near chance (about 1/vocab per sampled token); the
-rule depends only on the last digit, so held-out runs (other start, other length) test the same
-rule on unseen prompt strings.
+Owns the prompt pool, its seeded train/eval split and the JSONL files `train.jsonl` /
+`eval.jsonl` (rows `{"prompt": "347 mod 2", "label": "1", "metadata": {...}}`). The answer is one
+character, so one token of the tiny tokenizer (tools/make_tiny_model.py), and the `math` reward
+scores it by exact match. A random tiny model starts near chance (about 1/vocab = 1/128 per sampled
+token, not 1/2: it must first learn to answer with a digit at all). The rule depends only on the
+last digit, so held-out numbers test the same rule on unseen prompt strings.
+
+Why parity: with 32 prompts x 8 samples, one-token responses and Adam lr 2e-3, the tiny MoE
+reaches mean reward >= 0.9 in about 40-55 GRPO steps (tools/check_toy_learnability.py); a
+ten-way answer (successor of a digit, next digit of a run) needs 70 to over 100 steps and some
+seeds stall with a prompt stuck on a wrong answer.
 
 Usage: python tools/make_toy_data.py --output-dir DIR [--seed 0] [--num-train N] [--num-eval M]
 """
@@ -18,41 +23,35 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-TASK_NAME = "next_digit"
-MAX_RUN_LENGTH = 6
-# One prompt in this many goes to eval (a seeded choice), the rest to train.
-EVAL_FRACTION_DENOMINATOR = 4
+TASK_NAME = "parity"
+MAX_NUMBER = 999
+# Numbers held out for eval (a seeded choice); the rest are train prompts.
+NUM_EVAL_NUMBERS = 100
+
+
+def make_row(n: int) -> dict:
+    """Return the row for number `n`: prompt "{n} mod 2", label "0" or "1"."""
+    return {"prompt": f"{n} mod 2", "label": str(n % 2), "metadata": {"task": TASK_NAME, "n": n}}
 
 
 def prompt_pool() -> list[dict]:
-    """Return every distinct row: runs of 1..MAX_RUN_LENGTH consecutive digits ending at <= 8."""
-    rows = []
-    for length in range(1, MAX_RUN_LENGTH + 1):
-        for start in range(0, 10 - length):
-            run = list(range(start, start + length))
-            rows.append({
-                "prompt": " ".join(str(d) for d in run),
-                "label": str(run[-1] + 1),
-                "metadata": {"task": TASK_NAME, "start": start, "length": length},
-            })
-    return rows
+    """Return every distinct row, n = 0..MAX_NUMBER in order."""
+    return [make_row(n) for n in range(MAX_NUMBER + 1)]
 
 
 def split_pool(seed: int) -> tuple[list[dict], list[dict]]:
-    """Split the pool into disjoint (train, eval) prompt lists, seeded.
+    """Split the pool into disjoint (train, eval) row lists, seeded; eval has NUM_EVAL_NUMBERS rows.
 
-    Every label appears in train, so eval asks only for answers the policy can have learned.
+    Eval holds as many even as odd numbers, so its chance level is the same for both labels.
     """
     rng = random.Random(seed)
     pool = prompt_pool()
     rng.shuffle(pool)
-    n_eval = len(pool) // EVAL_FRACTION_DENOMINATOR
-    eval_rows, train_rows = [], []
-    for row in pool:
-        wants_eval = len(eval_rows) < n_eval
-        label_elsewhere = any(r["label"] == row["label"] for r in train_rows)
-        (eval_rows if wants_eval and label_elsewhere else train_rows).append(row)
-    return train_rows, eval_rows
+    eval_rows = [r for r in pool if r["label"] == "0"][: NUM_EVAL_NUMBERS // 2]
+    eval_rows += [r for r in pool if r["label"] == "1"][: NUM_EVAL_NUMBERS - len(eval_rows)]
+    held_out = {r["prompt"] for r in eval_rows}
+    train_rows = [r for r in pool if r["prompt"] not in held_out]
+    return train_rows, sorted(eval_rows, key=lambda r: r["metadata"]["n"])
 
 
 def _repeat_to(rows: list[dict], n: int, rng: random.Random) -> list[dict]:
@@ -68,7 +67,7 @@ def _repeat_to(rows: list[dict], n: int, rng: random.Random) -> list[dict]:
 def make_toy_data(output_dir, seed: int = 0, num_train: int = 4096, num_eval: int | None = None) -> Path:
     """Write train.jsonl (`num_train` rows) and eval.jsonl into `output_dir`; return the Path.
 
-    Train rows cycle through the train prompts in seeded shuffled passes. Eval holds each eval
+    Train rows go through the train prompts in seeded shuffled passes. Eval holds each held-out
     prompt once unless `num_eval` asks for a different count. No prompt string is in both files.
     """
     if num_train < 1:

@@ -16,17 +16,35 @@ def test_rows_have_correct_labels_and_fit_the_tokenizer(toy_data):
     assert len(train) == 256 and len(evals) > 0
     for row in train + evals:
         assert set(row) == {"prompt", "label", "metadata"}
-        digits = [int(d) for d in row["prompt"].split(" ")]
-        assert digits == list(range(digits[0], digits[0] + len(digits)))
-        assert row["label"] == str(digits[-1] + 1) and len(row["label"]) == 1
+        number, rest = row["prompt"].split(" ", 1)
+        assert rest == "mod 2" and int(number) == row["metadata"]["n"]
+        assert row["label"] == str(int(number) % 2)
+    assert {r["label"] for r in train} == {"0", "1"}
+    assert sum(r["label"] == "1" for r in evals) == len(evals) // 2
 
 
 def test_eval_prompts_are_disjoint_from_train_and_labels_are_covered(toy_data):
     train, evals = _rows(toy_data / "train.jsonl"), _rows(toy_data / "eval.jsonl")
     train_prompts = {r["prompt"] for r in train}
     assert not train_prompts & {r["prompt"] for r in evals}
-    assert {r["label"] for r in evals} <= {r["label"] for r in train}
-    assert len(train_prompts) + len(evals) == len(toy.prompt_pool())
+    assert len(evals) == toy.NUM_EVAL_NUMBERS == len({r["prompt"] for r in evals})
+    assert len(toy.split_pool(0)[0]) + len(evals) == len(toy.prompt_pool())
+
+
+def test_prompts_use_only_tokenizer_characters(toy_data, tiny_moe_hf):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_moe_hf)
+    for row in _rows(toy_data / "eval.jsonl"):
+        assert tok.unk_token_id not in tok(row["prompt"])["input_ids"]
+        assert tok(row["label"])["input_ids"] == [int(row["label"])]  # the answer is one token
+
+
+def test_bad_num_train_names_the_flag(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="--num-train"):
+        toy.make_toy_data(tmp_path, num_train=0)
 
 
 def test_same_seed_same_files(tmp_path):
