@@ -1,4 +1,4 @@
-"""Synchronous RL training entry point: place -> rollout manager -> actor -> for each rollout:
+"""Synchronous RL training: place -> rollout manager -> actor -> sync weights -> for each rollout:
 generate, train, save, sync weights, eval.
 
 `python train.py <flags> --dry-run` parses and validates every flag, prints the resolved plan
@@ -12,15 +12,47 @@ from slime.utils.arguments import parse_args
 from slime.utils.plan import build_plan, render_plan
 
 
-def main(argv=None, entry="train"):
+def train(args) -> None:
+    """Metrics row r holds rollout r and, when evaluated, the eval of the same weights that
+    generated it (eval after rollout r-1); a final row holds the eval after the last rollout."""
+    from slime.ray.job import ActorSide, RolloutSide, Schedule, place, start_ray
+    from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+
+    start_ray(args)
+    placement = place(args)
+    rollout = RolloutSide(args, placement)
+    actor = ActorSide(args, placement)
+    schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+    rollout.load(schedule.start_rollout_id)
+    log = MetricsLogger(SinkConfig.from_args(args), total=schedule.num_rollout)
+    try:
+        actor.sync_weights(rollout, version=schedule.start_rollout_id)
+        metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
+        for rollout_id in schedule.rollouts():
+            data, rollout_metrics = rollout.generate(rollout_id)
+            metrics |= rollout_metrics
+            actor.onload_if_colocated(rollout)
+            metrics |= actor.train(rollout_id, data)
+            if schedule.save_after(rollout_id):
+                metrics |= actor.save(rollout_id) | rollout.save(rollout_id)
+            metrics |= actor.sync_weights(rollout, version=rollout_id + 1)
+            log.log(rollout_id, metrics)
+            metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
+        if metrics:
+            log.log(schedule.num_rollout, metrics)
+    finally:
+        log.close()
+        rollout.shutdown()
+        actor.shutdown()
+
+
+def main(argv=None, entry="train") -> int:
     args = parse_args(argv, entry=entry)
     if args.dry_run:
         print(render_plan(build_plan(args)))
         return 0
-    raise SystemExit(
-        "train.py: the Ray training loop is not in this build yet (issue: end to end); "
-        "run with --dry-run to check flags and print the plan."
-    )
+    train(args)
+    return 0
 
 
 if __name__ == "__main__":

@@ -65,6 +65,35 @@ class JsonlSink:
         pass
 
 
+class ConsoleSink:
+    """One progress line per logged row: reward, eval, KL, entropy and step time."""
+
+    FIELDS = (
+        ("reward", "rollout/raw_reward"),
+        ("ppo_kl", "train/ppo_kl"),
+        ("kl_loss", "train/kl_loss"),
+        ("entropy", "train/entropy_loss"),
+        ("grad_norm", "train/grad_norm"),
+    )
+
+    def __init__(self, total: int | None = None):
+        self.total = total
+        self.last = None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        parts = [f"rollout {step}" + (f"/{self.total}" if self.total else "")]
+        parts += [f"{name} {metrics[key]:.4g}" for name, key in self.FIELDS if metrics.get(key) is not None]
+        parts += [f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if k.startswith("eval/") and v is not None
+                  and k.count("/") == 1]
+        seconds = sum(v for k, v in metrics.items() if k.endswith("_time") and k.startswith("perf/") and v)
+        if seconds:
+            parts.append(f"step {seconds:.1f}s")
+        logger.info(" | ".join(parts))
+
+    def close(self) -> None:
+        pass
+
+
 def _require(module: str, flag: str, package: str):
     import importlib
 
@@ -117,10 +146,10 @@ class TensorboardSink:
 class MetricsLogger:
     """Fans one metrics dict out to every configured sink. JSONL is always on."""
 
-    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest"):
+    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest", total: int | None = None):
         root = Path(cfg.metrics_dir or default_dir)
         self.jsonl_path = root / "metrics.jsonl"
-        self.sinks = [JsonlSink(self.jsonl_path)]
+        self.sinks = [JsonlSink(self.jsonl_path), ConsoleSink(total)]
         if cfg.use_wandb:
             self.sinks.append(WandbSink(cfg))
         if cfg.use_tensorboard:

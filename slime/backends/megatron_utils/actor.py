@@ -210,7 +210,7 @@ class MegatronTrainer:
         tokens = torch.tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
         dist.all_reduce(tokens, group=_mpu().get_data_parallel_group())
         seconds = time.monotonic() - start
-        metrics["perf/train_seconds"] = seconds
+        metrics["perf/train_time"] = seconds
         metrics["perf/train_tokens_per_s"] = float(tokens) / seconds if seconds > 0 else 0.0
         return metrics
 

@@ -41,3 +41,14 @@ def test_tensorboard_writes_events(tmp_path, monkeypatch):
     log.log(3, {"train/loss": 0.5})
     log.close()
     assert list((tmp_path / "tensorboard" / "p" / "run").glob("events.out.tfevents.*"))
+
+
+def test_console_line_has_reward_eval_kl_entropy_and_time(tmp_path, caplog):
+    import logging
+
+    log = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)), total=10)
+    with caplog.at_level(logging.INFO, logger="slime.utils.logging_sinks"):
+        log.log(3, {"rollout/raw_reward": 0.5, "eval/toy": 0.25, "train/ppo_kl": 0.001,
+                    "train/entropy_loss": 2.5, "perf/rollout_time": 1.5, "perf/train_time": 2.0})
+    line = caplog.records[-1].getMessage()
+    assert line == "rollout 3/10 | reward 0.5 | ppo_kl 0.001 | entropy 2.5 | eval/toy 0.25 | step 3.5s"
