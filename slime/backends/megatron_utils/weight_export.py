@@ -1,0 +1,139 @@
+"""Full Hugging Face tensors from a sharded megatron-core GPTModel, in size-bounded buckets.
+
+Owns ``iter_hf_buckets`` (the trainer side of every weight sync and of HF export from a live
+trainer), ``is_weight_sender`` and ``bucket_by_bytes``.
+
+Who ends up with what: every rank of the trainer must iterate ``iter_hf_buckets`` together
+(it runs collectives). Inside one pipeline stage, TP shards are all-gathered over the TP group
+and experts over the expert-parallel group (then expert-TP), so *every* rank of a stage holds
+the full HF tensors of that stage's layers (stage 0 adds the embedding, the last stage the final
+norm and the output layer). Exactly one rank per stage, the one with data-parallel rank 0 and TP
+rank 0 (``is_weight_sender``), should send them; the union over the senders of all stages is the
+whole HF checkpoint. Vocabulary padding is removed; names are HF names.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.megatron_utils.hf_loader import shard_context_for
+from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
+
+logger = logging.getLogger(__name__)
+
+
+def _mpu():
+    from megatron.core import parallel_state as mpu
+
+    return mpu
+
+
+def is_weight_sender() -> bool:
+    """True on the one rank per pipeline stage that sends its stage's tensors (DP rank 0, TP rank 0)."""
+    mpu = _mpu()
+    return (mpu.get_data_parallel_rank(with_context_parallel=True) == 0
+            and mpu.get_tensor_model_parallel_rank() == 0)
+
+
+def _sizes(args_or_sizes) -> tuple[int, int]:
+    """(make_vocab_size_divisible_by, tensor_model_parallel_size) from a Namespace or a dict."""
+    get = args_or_sizes.get if isinstance(args_or_sizes, dict) else lambda k: getattr(args_or_sizes, k, None)
+    divisible_by, tp_size = get("make_vocab_size_divisible_by"), get("tensor_model_parallel_size")
+    if divisible_by is None or tp_size is None:
+        raise ValueError("iter_hf_buckets needs make_vocab_size_divisible_by and tensor_model_parallel_size "
+                         "(--make-vocab-size-divisible-by, --tensor-model-parallel-size)")
+    return int(divisible_by), int(tp_size)
+
+
+def _all_gather(tensor: torch.Tensor, group) -> list[torch.Tensor]:
+    """Every rank's ``tensor`` of ``group`` (rank order); the input itself when the group has 1 rank."""
+    size = dist.get_world_size(group=group)
+    if size == 1:
+        return [tensor]
+    tensor = tensor.contiguous()
+    out = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(out, tensor, group=group)
+    return out
+
+
+def _full_megatron_tensors(model, wmap, ctx, name: str, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """``[(global megatron name, full tensor)]`` for one local parameter (several for experts)."""
+    mpu = _mpu()
+    full_name = global_name(name, ctx)
+    if not wmap.is_expert(full_name):
+        shards = [param] if wmap.split_kind(full_name) == "replicated" else \
+            _all_gather(param, mpu.get_tensor_model_parallel_group())
+        return [(full_name, gather_tensor(wmap, full_name, shards))]
+    etp_shards = _all_gather(param, mpu.get_expert_tensor_parallel_group())
+    per_etp = [_all_gather(s, mpu.get_expert_model_parallel_group()) for s in etp_shards]
+    out = []
+    for ep_rank in range(ctx.ep_size):
+        owner_ctx = _with_ep_rank(ctx, ep_rank)
+        owner_name = global_name(name, owner_ctx)
+        out.append((owner_name, gather_tensor(wmap, owner_name, [shards[ep_rank] for shards in per_etp])))
+    return out
+
+
+def _with_ep_rank(ctx, ep_rank: int):
+    import dataclasses
+
+    return dataclasses.replace(ctx, ep_rank=ep_rank)
+
+
+def _skip(model, name: str) -> bool:
+    """The last stage's copy of a tied output layer: stage 0 already sends the embedding."""
+    tied = getattr(model, "share_embeddings_and_output_weights", False)
+    return tied and name == "output_layer.weight" and not getattr(model, "pre_process", True)
+
+
+@torch.no_grad()
+def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = True) -> Iterator:
+    """Yield ``(hf_name, full tensor)`` for this rank's pipeline stage, parameter by parameter.
+
+    Collective: every trainer rank must iterate to the end together. ``model`` is the
+    unwrapped GPTModel chunk of this rank; ``args_or_sizes`` gives
+    ``make_vocab_size_divisible_by`` and ``tensor_model_parallel_size``. Tensors keep the
+    parameters' dtype; they are CPU copies when ``to_cpu`` else on the parameters' device.
+    """
+    divisible_by, tp_size = _sizes(args_or_sizes)
+    wmap = weight_map_for(hf_config, divisible_by, tp_size)
+    ctx = shard_context_for(model, int(hf_config.get("num_experts", 0) or 0))
+    for name, param in model.named_parameters():
+        if _skip(model, name):
+            continue
+        for full_name, full in _full_megatron_tensors(model, wmap, ctx, name, param.detach()):
+            for hf_name, tensor in wmap.to_hf(full_name, full):
+                yield hf_name, (tensor.to("cpu", copy=True) if to_cpu else tensor.contiguous())
+
+
+def bucket_by_bytes(named: Iterable, bucket_bytes: int) -> Iterator[list]:
+    """Group ``(name, tensor)`` pairs into lists of at most ``bucket_bytes`` bytes, in order.
+
+    A tensor larger than ``bucket_bytes`` forms a bucket of its own; no bucket is empty.
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket size must be positive (--update-weight-buffer-size), got {bucket_bytes}")
+    bucket, size = [], 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def iter_hf_buckets(model, hf_config: dict, args_or_sizes, bucket_bytes: int, to_cpu: bool = True) -> Iterator[list]:
+    """Buckets (lists of ``(hf_name, full tensor)``) of this pipeline stage's HF weights.
+
+    Collective like ``iter_hf_named_tensors``: every rank iterates, every rank of a stage gets
+    the same buckets; send them from ``is_weight_sender()`` ranks only. Each bucket holds at
+    most ``bucket_bytes`` bytes, except a single tensor larger than that, which goes alone.
+    """
+    return bucket_by_bytes(iter_hf_named_tensors(model, hf_config, args_or_sizes, to_cpu), bucket_bytes)

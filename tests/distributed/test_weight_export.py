@@ -1,0 +1,91 @@
+"""HF export from a sharded trainer: the union of what the sending ranks get from
+`iter_hf_buckets` is the HF checkpoint bit for bit (fp32), for one rank and for EP=2, TP=2
+and PP=2 on two gloo ranks; buckets respect the byte limit."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.distributed.megatron_harness import build_trainer, free_port
+
+pytestmark = pytest.mark.distributed
+
+BUCKET_BYTES = 40_000  # a few tiny-model tensors per bucket (the embedding alone is 32 KiB)
+
+
+def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, out: str):
+    from safetensors.torch import save_file
+
+    from slime.backends.megatron_utils.hf_io import read_hf_config
+    from slime.backends.megatron_utils.parallel import destroy_parallel
+    from slime.backends.megatron_utils.weight_export import is_weight_sender, iter_hf_buckets
+
+    args, trainer = build_trainer(hf_dir, world, extra, rank, port)
+    buckets = list(iter_hf_buckets(trainer.model, read_hf_config(hf_dir), args, BUCKET_BYTES))
+    if is_weight_sender():
+        named = {name: t for bucket in buckets for name, t in bucket}
+        assert len(named) == sum(len(b) for b in buckets), "a tensor name was sent twice by one rank"
+        save_file(named, str(Path(out) / f"rank{rank}.safetensors"))
+        sizes = [[t.numel() * t.element_size() for _, t in b] for b in buckets]
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps(sizes))
+    destroy_parallel()
+
+
+def exported(hf_dir, world: int, extra: list, out: Path) -> tuple[dict, list]:
+    """(name -> tensor over all sending ranks, bucket byte sizes of every sender)."""
+    from safetensors.torch import load_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_export_worker, args=(world, free_port(), str(hf_dir), extra, str(out)), nprocs=world, join=True)
+    union, sizes = {}, []
+    for path in sorted(out.glob("rank*.safetensors")):
+        part = load_file(str(path))
+        assert not set(part) & set(union), f"{path.name} repeats tensors another sender sent"
+        union.update(part)
+        sizes += json.loads(path.with_suffix(".json").read_text())
+    return union, sizes
+
+
+def assert_equals_checkpoint(union: dict, hf_dir) -> None:
+    from slime.backends.megatron_utils.hf_io import HFCheckpoint
+
+    ckpt = HFCheckpoint(hf_dir)
+    assert sorted(union) == sorted(ckpt.keys())
+    for name in ckpt.keys():
+        want = ckpt.get(name)
+        assert union[name].dtype == want.dtype == torch.float32, name
+        assert torch.equal(union[name], want), f"{name} differs from the HF checkpoint"
+
+
+LAYOUTS = {
+    "one-rank-moe": ("moe", 1, []),
+    "ep2-moe": ("moe", 2, ["--expert-model-parallel-size", "2"]),
+    "tp2-dense": ("dense", 2, ["--tensor-model-parallel-size", "2"]),
+    "pp2-moe": ("moe", 2, ["--pipeline-model-parallel-size", "2"]),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_union_of_senders_is_the_hf_checkpoint(layout, tiny_moe_hf, tiny_dense_hf, tmp_path):
+    model, world, extra = LAYOUTS[layout]
+    hf = tiny_moe_hf if model == "moe" else tiny_dense_hf
+    union, sizes = exported(hf, world, extra, tmp_path / "out")
+    assert_equals_checkpoint(union, hf)
+    expected_senders = 2 if "--pipeline-model-parallel-size" in extra else 1
+    assert len(list((tmp_path / "out").glob("rank*.json"))) == expected_senders
+    assert any(len(b) > 1 for b in sizes), "bucketing never grouped tensors"
+    for bucket in sizes:
+        assert len(bucket) == 1 or sum(bucket) <= BUCKET_BYTES, f"bucket of {sum(bucket)} bytes"
+
+
+def test_bucket_by_bytes_limits_and_order():
+    from slime.backends.megatron_utils.weight_export import bucket_by_bytes
+
+    named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([2, 2, 10, 1, 1, 1])]
+    buckets = list(bucket_by_bytes(named, 16))
+    assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3", "t4", "t5"]]
+    with pytest.raises(ValueError, match="update-weight-buffer-size"):
+        list(bucket_by_bytes(named, 0))
