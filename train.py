@@ -46,12 +46,13 @@ def train(args) -> None:
         actor.shutdown()
 
 
-def main(argv=None, entry="train") -> int:
+def main(argv=None, entry="train", loop=None) -> int:
+    """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train)."""
     args = parse_args(argv, entry=entry)
     if args.dry_run:
         print(render_plan(build_plan(args)))
         return 0
-    train(args)
+    (loop or train)(args)
     return 0
 
 

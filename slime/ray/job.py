@@ -68,13 +68,20 @@ class RolloutSide:
         return ray.get(self.manager.num_rollout.remote())
 
     def generate(self, rollout_id: int) -> tuple[object, dict]:
-        metrics: dict = {}
+        return self.collect(self.submit(rollout_id))
+
+    def submit(self, rollout_id: int):
+        """Start generating rollout `rollout_id`; returns a handle for `collect`."""
         if self.offloaded:
             ray.get(self.manager.onload.remote())
             self.offloaded = False
-        with _timed(metrics, "perf/rollout_time"):
-            data_ref, rollout_metrics = ray.get(self.manager.generate.remote(rollout_id))
-        return data_ref, {**rollout_metrics, **metrics}
+        return time.monotonic(), self.manager.generate.remote(rollout_id)
+
+    def collect(self, handle) -> tuple[object, dict]:
+        """(train data, metrics) of a submitted rollout; waits for it."""
+        started, ref = handle
+        data, metrics = ray.get(ref)
+        return data, {**metrics, "perf/rollout_time": time.monotonic() - started}
 
     def evaluate(self, rollout_id: int) -> dict:
         metrics: dict = {}

@@ -1,0 +1,51 @@
+"""One-step-off asynchronous RL training: rollout N+1 is generated while the trainer learns on
+rollout N. Weights are synced every `--update-weights-interval` rollouts, after the generation in
+flight has finished (so no rollout mixes two weight versions). Not for `--colocate`.
+"""
+
+import logging
+import sys
+
+from train import main as train_main
+
+
+def train_async(args) -> None:
+    """Metrics rows as in train.py; eval runs on the weights just synced."""
+    from slime.ray.job import ActorSide, RolloutSide, Schedule, place, start_ray
+    from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+
+    start_ray(args)
+    placement = place(args)
+    rollout = RolloutSide(args, placement)
+    actor = ActorSide(args, placement)
+    schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+    rollout.load(schedule.start_rollout_id)
+    log = MetricsLogger(SinkConfig.from_args(args), total=schedule.num_rollout)
+    try:
+        actor.sync_weights(rollout, version=schedule.start_rollout_id)
+        metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
+        pending, ready = rollout.submit(schedule.start_rollout_id), None
+        for rollout_id in schedule.rollouts():
+            data, rollout_metrics = ready or rollout.collect(pending)
+            metrics |= rollout_metrics
+            pending = rollout.submit(rollout_id + 1) if rollout_id + 1 < schedule.num_rollout else None
+            metrics |= actor.train(rollout_id, data)
+            if schedule.save_after(rollout_id):
+                metrics |= actor.save(rollout_id) | rollout.save(rollout_id)
+            ready = None
+            if (rollout_id + 1) % args.update_weights_interval == 0:
+                ready = rollout.collect(pending) if pending else None  # let the in-flight rollout finish
+                metrics |= actor.sync_weights(rollout, version=rollout_id + 1)
+            log.log(rollout_id, metrics)
+            metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
+        if metrics:
+            log.log(schedule.num_rollout, metrics)
+    finally:
+        log.close()
+        rollout.shutdown()
+        actor.shutdown()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(train_main(entry="train_async", loop=train_async))
