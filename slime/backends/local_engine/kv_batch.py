@@ -21,6 +21,7 @@ class BatchKV:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.mask: torch.Tensor | None = None
+        self._cache = None  # the DynamicCache wrapping keys/values, reused while rows do not change
 
     @property
     def rows(self) -> int:
@@ -29,10 +30,11 @@ class BatchKV:
 
     def clear(self) -> None:
         """Drop every row (and the memory)."""
-        self.keys, self.values, self.mask = [], [], None
+        self.keys, self.values, self.mask, self._cache = [], [], None, None
 
     def add_rows(self, keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor) -> None:
         """Append a prefilled group: per layer [n, H, P, D] tensors, left-padded as `mask` [n, P] says."""
+        self._cache = None
         if self.mask is None:
             self.keys, self.values, self.mask = list(keys), list(values), mask
             return
@@ -51,6 +53,7 @@ class BatchKV:
         if not rows:
             self.clear()
             return
+        self._cache = None
         index = torch.tensor(rows, device=self.mask.device)
         mask = self.mask.index_select(0, index)
         start = int(mask.any(0).nonzero()[0])
@@ -64,13 +67,20 @@ class BatchKV:
         return torch.cat([self.mask, ones], dim=1), self.mask.sum(1, keepdim=True)
 
     def to_cache(self):
-        """A transformers `DynamicCache` holding the batch (the forward appends to it)."""
-        from transformers import DynamicCache
+        """A transformers `DynamicCache` holding the batch (the forward appends to it).
 
-        return DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
+        Rebuilt (one copy) only after rows were added or removed; between those, the cache the
+        last decode step grew is handed back as is.
+        """
+        if self._cache is None:
+            from transformers import DynamicCache
+
+            self._cache = DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
+        return self._cache
 
     def absorb(self, cache) -> None:
         """Adopt the grown tensors of `cache` after a decode step (one new real column)."""
+        self._cache = cache
         self.keys = [layer.keys for layer in cache.layers]
         self.values = [layer.values for layer in cache.layers]
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)

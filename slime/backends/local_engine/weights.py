@@ -107,23 +107,56 @@ class WeightManager:
         self._groups[group_name] = init_weight_update_group(
             master_address, int(master_port), int(rank_offset), int(world_size), group_name, backend)
 
+    def _plan_receive(self, names, dtypes, shapes, device: str) -> tuple[list, RequestError | None]:
+        """Per tensor (buffer to receive into, target to copy into or None); plus the first error.
+
+        A tensor whose target parameter (or fused view) has the same dtype, shape and device and is
+        contiguous is received straight into the model; others into a scratch buffer. On any
+        error every buffer is scratch, so the broadcasts can be drained without touching the model.
+        """
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        plan, error = [], None
+        for name, dtype, shape in zip(names, dtypes, shapes):
+            torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
+            if not isinstance(torch_dtype, torch.dtype):
+                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
+            target = None
+            try:
+                target = resolve_parameter(params, name)
+                if tuple(target.shape) != tuple(shape):
+                    raise RequestError(f"weight {name!r}: shape {tuple(shape)} != model {tuple(target.shape)}")
+            except RequestError as exc:  # keep receiving so the sender's broadcasts complete
+                error = error or exc
+            direct = (target is not None and target.dtype == torch_dtype and target.is_contiguous()
+                      and target.device.type == device)
+            plan.append((target if direct else torch.empty(tuple(shape), dtype=torch_dtype, device=device), target))
+        if error is not None or self._stash is not None:
+            error = error or RequestError("weights are released; call /resume_memory_occupation before updating them")
+            plan = [(torch.empty_like(buf) if buf is tgt else buf, None) for buf, tgt in plan]
+        return plan, error
+
     def update_from_distributed(self, names, dtypes, shapes, group_name, weight_version=None) -> int:
-        """Receive each tensor by broadcast from rank 0 of `group_name`, then load them all."""
+        """Receive each tensor by broadcast from rank 0 of `group_name` into the model (between steps).
+
+        Bad names or shapes are reported (RequestError) only after all broadcasts were received,
+        so the sender never hangs; the model is then unchanged.
+        """
         if group_name not in self._groups:
             raise RequestError(f"group_name {group_name!r} is not initialised (call /init_weights_update_group)")
         if not len(names) == len(dtypes) == len(shapes):
             raise RequestError("names, dtypes and shapes must have the same length")
         group = self._groups[group_name]
         device = "cuda" if group.device == "cuda" else "cpu"
-        received = []
-        for name, dtype, shape in zip(names, dtypes, shapes):
-            torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
-            if not isinstance(torch_dtype, torch.dtype):
-                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
-            tensor = torch.empty(tuple(shape), dtype=torch_dtype, device=device)
-            group.broadcast(tensor, src=0)
-            received.append((name, tensor))
-        return self.load_named_tensors(received, weight_version)
+        with self.scheduler.model_lock, torch.no_grad():
+            plan, error = self._plan_receive(names, dtypes, shapes, device)
+            for buffer, target in plan:
+                group.broadcast(buffer, src=0)
+                if target is not None and buffer is not target:
+                    target.copy_(buffer)
+            if error is not None:
+                raise error
+            self._set_version(weight_version)
+        return len(plan)
 
     def destroy_group(self, group_name: str) -> None:
         """Forget group `group_name` (its gloo/nccl resources go with the last reference)."""

@@ -165,3 +165,24 @@ def test_requests_wait_while_memory_is_released(url):
 
     assert asyncio.run(run())["output_ids"] == before[0]
     assert client.get_server_info()["released"] is False
+
+
+def test_distributed_update_with_a_bad_name_drains_the_broadcasts_and_changes_nothing(url, perturbed):
+    _, named = perturbed(4)
+    client, port = SyncEngineClient(url), free_port()
+    before, version = _outputs(url), client.get_weight_version()
+    good = "model.norm.weight"
+    payload = {"model.no_such.weight": torch.ones(3), good: named[good]}
+    with ThreadPoolExecutor(1) as pool:
+        joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "bad_sync", "gloo")
+        group = init_weight_update_group("127.0.0.1", port, 0, 2, "bad_sync", "gloo", timeout_s=60)
+        joined.result(timeout=60)
+        done = pool.submit(client.update_weights_from_distributed, list(payload), ["float32"] * 2,
+                           [list(t.shape) for t in payload.values()], "bad_sync", True, "bad")
+        for tensor in payload.values():
+            group.broadcast(tensor.clone(), src=0)
+        with pytest.raises(EngineHTTPError) as err:
+            done.result(timeout=60)
+    client.destroy_weights_update_group("bad_sync")
+    assert err.value.status == 400 and "no_such" in err.value.body
+    assert _outputs(url) == before and client.get_weight_version() == version
