@@ -90,9 +90,9 @@ class EngineClient:
         """GET /flush_cache."""
         return await self.request("GET", "/flush_cache")
 
-    async def pause_generation(self):
-        """POST /pause_generation."""
-        return await self.request("POST", "/pause_generation", {})
+    async def pause_generation(self, mode: str | None = None):
+        """POST /pause_generation; SGLang's `mode` ("abort", "retract", "in_place") when given."""
+        return await self.request("POST", "/pause_generation", {} if mode is None else {"mode": mode})
 
     async def continue_generation(self):
         """POST /continue_generation."""

@@ -81,19 +81,31 @@ def _generation_routes(engine: Engine) -> list:
             return JSONResponse({"status": "ok", "paused": True})
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        params = engine.parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
-                                       lambda _i: (lambda r: loop.call_soon_threadsafe(_resolve, fut, r)))[0][0]
-        engine.scheduler.submit(params)
+        reqs, _ = engine.parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+                                        lambda _i: (lambda r: loop.call_soon_threadsafe(_resolve, fut, r)))
+        engine.scheduler.submit(reqs[0])
         await fut
         return JSONResponse({"status": "ok"})
 
+    return [("/generate", ["POST"], generate), ("/health", ["GET"], health),
+            ("/health_generate", ["GET"], health_generate)]
+
+
+def _control_routes(engine: Engine) -> list:
     async def flush_cache(_request: HTTPRequest):
         # No prefix cache: running requests' KV stays valid, nothing else is cached.
         return _ok("Cache flushed.")
 
-    async def pause_generation(_request: HTTPRequest):
+    async def pause_generation(request: HTTPRequest):
+        # SGLang modes: "in_place" keeps running requests (with their KV) waiting; "retract" does the
+        # same here (no KV pressure to relieve); "abort" also finishes everything in flight as abort.
+        mode = (await _json(request)).get("mode") or "in_place"
+        if mode not in ("in_place", "retract", "abort"):
+            raise RequestError(f"mode must be one of in_place, retract, abort; got {mode!r}")
         engine.scheduler.pause()
-        return _ok("Generation paused.")
+        if mode == "abort":
+            await asyncio.to_thread(engine.scheduler.abort, None, True)
+        return _ok(f"Generation paused ({mode}).")
 
     async def continue_generation(_request: HTTPRequest):
         engine.scheduler.resume()
@@ -107,8 +119,7 @@ def _generation_routes(engine: Engine) -> list:
         return _ok(f"aborted {count} request(s)", aborted=count)
 
     return [
-        ("/generate", ["POST"], generate), ("/health", ["GET"], health),
-        ("/health_generate", ["GET"], health_generate), ("/flush_cache", ["GET", "POST"], flush_cache),
+        ("/flush_cache", ["GET", "POST"], flush_cache),
         ("/pause_generation", ["POST"], pause_generation), ("/continue_generation", ["POST"], continue_generation),
         ("/abort_request", ["POST"], abort_request),
     ]
@@ -190,7 +201,7 @@ async def _client_error(_request: HTTPRequest, exc: RequestError) -> JSONRespons
 def build_app(engine: Engine) -> FastAPI:
     """A FastAPI app serving `engine` (the caller starts/stops the engine's scheduler)."""
     app = FastAPI(title="slime local engine")
-    for path, methods, handler in _generation_routes(engine) + _info_routes(engine) + _weight_routes(engine):
+    for path, methods, handler in _generation_routes(engine) + _control_routes(engine) + _info_routes(engine) + _weight_routes(engine):
         app.add_api_route(path, handler, methods=methods)
     app.add_exception_handler(RequestError, _client_error)
     return app

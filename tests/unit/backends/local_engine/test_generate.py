@@ -236,3 +236,26 @@ def test_control_and_info_endpoints(url, tiny_moe_hf):
         asyncio.run(abort_nothing())
     assert err.value.status == 400
     assert not math.isnan(client.generate(_greedy(PROMPTS[0], 1))["meta_info"]["output_token_logprobs"][0][0])
+
+
+def test_pause_mode_abort_finishes_requests_in_flight(url):
+    client = SyncEngineClient(url)
+
+    async def run():
+        async with EngineClient(url) as c:
+            long = asyncio.create_task(c.generate(_greedy(PROMPTS[0], 200, ignore_eos=True)))
+            await asyncio.to_thread(_wait_for, client, "running", 1)
+            await c.pause_generation(mode="abort")
+            result = await long
+            await c.continue_generation()
+            return result
+
+    assert asyncio.run(run())["meta_info"]["finish_reason"]["type"] == "abort"
+    with pytest.raises(EngineHTTPError):
+        asyncio.run(_post(url, "/pause_generation", {"mode": "sideways"}))
+    assert len(client.generate(_greedy(PROMPTS[0], 2))["output_ids"]) == 2
+
+
+async def _post(url, path, payload):
+    async with EngineClient(url) as c:
+        return await c.request("POST", path, payload)
