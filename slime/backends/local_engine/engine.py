@@ -134,8 +134,14 @@ class Engine:
             rids = [rids] if not batch else [f"{rids}_{i}" for i in range(len(prompts))]
         if not isinstance(rids, list) or len(rids) != len(prompts):
             raise RequestError("rid must be a string or a list with one entry per prompt")
+        start = body.get("logprob_start_len")
+        start = -1 if start is None else start
+        if isinstance(start, bool) or not isinstance(start, int) or start < -1:
+            raise RequestError(f"logprob_start_len must be an integer >= -1, got {start!r}")
+        if start >= min(len(p) for p in prompts):
+            raise RequestError(f"logprob_start_len ({start}) must be smaller than the prompt length")
         requests = [
-            Request(rid=str(rid), prompt_ids=list(prompt),
+            Request(rid=str(rid), prompt_ids=list(prompt), logprob_start_len=start,
                     params=parse_sampling_params(raw, len(prompt), self.context_length),
                     on_done=on_done_factory(i), return_logprob=bool(body.get("return_logprob")),
                     return_text_in_logprobs=bool(body.get("return_text_in_logprobs")))

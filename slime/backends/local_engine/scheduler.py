@@ -37,6 +37,8 @@ class Request:
     on_done: Callable[[dict], None]
     return_logprob: bool = False
     return_text_in_logprobs: bool = False
+    logprob_start_len: int = -1  # >= 0 with return_logprob: also report prompt token logprobs from there
+    input_logprobs: list | None = None
     generator: torch.Generator | None = None
     output_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
@@ -164,6 +166,9 @@ class Scheduler:
         with self._cond:
             while self._waiting and not self.paused and len(self._running) + len(admitted) < self.max_running:
                 admitted.append(self._waiting.popleft())
+        for req in admitted:
+            if req.return_logprob and req.logprob_start_len >= 0:
+                self._input_logprobs(req)
         for req in [r for r in admitted if r.params.max_new_tokens == 0]:
             req.finish_reason = {"type": "length", "length": 0}
             self._deliver(req)
@@ -186,6 +191,15 @@ class Scheduler:
         self._kv.add_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask)
         self._running.extend(reqs)
         self._accept_tokens(out.logits[:, -1], reqs)
+
+    def _input_logprobs(self, req: Request) -> None:
+        """Prompt token logprobs (SGLang's input_token_logprobs; the first token has none)."""
+        ids = torch.tensor([req.prompt_ids], device=self._device())
+        logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+        temperature = req.params.temperature if req.params.temperature > 0 else 1.0
+        logp = torch.log_softmax(logits / temperature, dim=-1).gather(1, ids[0, 1:, None])[:, 0].tolist()
+        entries = [[None, req.prompt_ids[0]]] + [[lp, tok] for lp, tok in zip(logp, req.prompt_ids[1:])]
+        req.input_logprobs = entries[req.logprob_start_len :]
 
     def _decode_step(self) -> None:
         reqs = list(self._running)
@@ -256,5 +270,10 @@ class Scheduler:
             meta["output_token_logprobs"] = [
                 [lp, tok, self.tokenizer.decode([tok]) if req.return_text_in_logprobs else None]
                 for lp, tok in zip(req.logprobs, req.output_ids)
+            ]
+        if req.input_logprobs is not None:
+            meta["input_token_logprobs"] = [
+                [lp, tok, self.tokenizer.decode([tok]) if req.return_text_in_logprobs else None]
+                for lp, tok in req.input_logprobs
             ]
         req.on_done({"text": text, "output_ids": list(req.output_ids), "meta_info": meta})

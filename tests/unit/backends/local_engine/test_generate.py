@@ -259,3 +259,17 @@ def test_pause_mode_abort_finishes_requests_in_flight(url):
 async def _post(url, path, payload):
     async with EngineClient(url) as c:
         return await c.request("POST", path, payload)
+
+
+def test_input_token_logprobs_for_scoring_prompts(url, hf_model):
+    prompt = PROMPTS[1]
+    body = {"input_ids": prompt, "return_logprob": True, "logprob_start_len": 0,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 0}}
+    res = SyncEngineClient(url).generate(body)
+    entries = res["meta_info"]["input_token_logprobs"]
+    assert res["output_ids"] == [] and [e[1] for e in entries] == prompt and entries[0][0] is None
+    want = hf_logprobs(hf_model, prompt[:1], prompt[1:], 1.0)
+    torch.testing.assert_close(torch.tensor([e[0] for e in entries[1:]]), want, atol=1e-5, rtol=0)
+    tail = SyncEngineClient(url).generate({**body, "logprob_start_len": 4})["meta_info"]["input_token_logprobs"]
+    assert tail == entries[4:]
+    assert "input_token_logprobs" not in SyncEngineClient(url).generate(_greedy(prompt, 1))["meta_info"]
