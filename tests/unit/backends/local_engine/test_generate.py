@@ -273,3 +273,14 @@ def test_input_token_logprobs_for_scoring_prompts(url, hf_model):
     tail = SyncEngineClient(url).generate({**body, "logprob_start_len": 4})["meta_info"]["input_token_logprobs"]
     assert tail == entries[4:]
     assert "input_token_logprobs" not in SyncEngineClient(url).generate(_greedy(prompt, 1))["meta_info"]
+
+
+def test_dense_model_greedy_matches_transformers_and_bf16_serves(engine_factory, tiny_dense_hf):
+    dense_url = engine_factory(tiny_dense_hf)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dense_hf, dtype=torch.float32).eval()
+    results = _gather(dense_url, [_greedy(p, 10) for p in PROMPTS[:3]])
+    assert [r["output_ids"] for r in results] == [hf_greedy(model, p, 10) for p in PROMPTS[:3]]
+    bf16_url = engine_factory(tiny_dense_hf, "--dtype", "bfloat16")
+    res = SyncEngineClient(bf16_url).generate(_greedy(PROMPTS[0], 5, ignore_eos=True))
+    assert len(res["output_ids"]) == 5
+    assert all(math.isfinite(e[0]) and e[0] <= 0 for e in res["meta_info"]["output_token_logprobs"])
