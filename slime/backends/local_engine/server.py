@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse
 
 from slime.backends.local_engine.engine import Engine
 from slime.backends.local_engine.sampling import RequestError
-from slime.backends.local_engine.scheduler import Request
 
 logger = logging.getLogger(__name__)
 
