@@ -1,0 +1,119 @@
+"""The shared shape of every trainer -> engine weight sync.
+
+Owns `WeightSender` (the base of the distributed / tensor / disk senders): one `update_weights`
+call is collective over the trainer ranks and runs
+  leader: pause_generation + flush_cache on every engine -> barrier ->
+  every rank: iterate the HF buckets (collectives), sender ranks ship them -> barrier ->
+  leader: finish (e.g. the disk POST) + continue_generation on every engine.
+Each update carries a weight version (given, or a counter "1", "2", ...) that the engines then
+report in /get_weight_version and meta_info.weight_version. Also owns `TrainerRole` (which rank
+leads, which sends, how to barrier) and `run_on_engines` (one async call per engine, concurrent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Callable, Iterable
+
+from slime.utils.engine_client import EngineClient
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerRole:
+    """This rank's part in a sync: `is_leader` (talks pause/continue), `is_sender` (ships its
+    stage's buckets), `stage_tag` (unique per sending rank, e.g. "pp0") and `barrier`."""
+
+    is_leader: bool = True
+    is_sender: bool = True
+    stage_tag: str = "pp0"
+    barrier: Callable[[], None] = lambda: None
+
+
+def megatron_role() -> TrainerRole:
+    """`TrainerRole` of this megatron rank: global rank 0 leads, `is_weight_sender()` ranks send."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mpu
+
+    from slime.backends.megatron_utils.weight_export import is_weight_sender
+
+    return TrainerRole(is_leader=dist.get_rank() == 0, is_sender=is_weight_sender(),
+                       stage_tag=f"pp{mpu.get_pipeline_model_parallel_rank()}", barrier=dist.barrier)
+
+
+def run_on_engines(urls: list[str], call: Callable, timeout: float = 600.0) -> list:
+    """Run `await call(client, index)` for every engine concurrently (fresh loop); returns results.
+
+    Blocks the calling thread; the first failure is raised after all calls finished.
+    """
+    async def main():
+        clients = [EngineClient(url, timeout=timeout) for url in urls]
+        try:
+            results = await asyncio.gather(*(call(c, i) for i, c in enumerate(clients)), return_exceptions=True)
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    return asyncio.run(main())
+
+
+class WeightSender:
+    """Base of the senders. `buckets()` yields lists of `(hf_name, tensor)` (collective over the
+    trainer ranks: every rank iterates it); subclasses implement `send_bucket` (sender ranks) and
+    may override `connect`, `disconnect`, `before_send` and `after_send` (leader only)."""
+
+    def __init__(self, engine_urls: list[str], buckets: Callable[[], Iterable[list]],
+                 role: TrainerRole = TrainerRole(), timeout: float = 600.0) -> None:
+        if not engine_urls:
+            raise ValueError("weight sync needs at least one engine URL")
+        self.engine_urls = [u.rstrip("/") for u in engine_urls]
+        self.buckets, self.role, self.timeout = buckets, role, timeout
+        self.updates = 0
+
+    def on_engines(self, call: Callable) -> list:
+        """`run_on_engines` over this sender's engines."""
+        return run_on_engines(self.engine_urls, call, self.timeout)
+
+    def connect(self) -> None:
+        """Prepare the transport (collective); a no-op unless a subclass needs a group."""
+
+    def disconnect(self) -> None:
+        """Tear the transport down (collective); a no-op unless a subclass needs a group."""
+
+    def before_send(self, version: str) -> None:
+        """Leader only, engines paused, before any bucket is sent."""
+
+    def after_send(self, version: str) -> None:
+        """Leader only, after every sender finished, before generation continues."""
+
+    def send_bucket(self, bucket: list, version: str) -> None:
+        """Ship one bucket of `(hf_name, tensor)` to every engine (sender ranks only)."""
+        raise NotImplementedError
+
+    def update_weights(self, weight_version: str | int | None = None) -> str:
+        """Sync the trainer's weights into every engine; collective. Returns the version set."""
+        self.updates += 1
+        version = str(self.updates if weight_version is None else weight_version)
+        if self.role.is_leader:
+            self.on_engines(lambda c, _i: c.pause_generation())
+            self.on_engines(lambda c, _i: c.flush_cache())
+            self.before_send(version)
+        self.role.barrier()
+        count = 0
+        for bucket in self.buckets():
+            if self.role.is_sender:
+                self.send_bucket(bucket, version)
+                count += len(bucket)
+        self.role.barrier()
+        if self.role.is_leader:
+            self.after_send(version)
+            self.on_engines(lambda c, _i: c.continue_generation())
+        logger.info("weight version %s: %s sent %d tensors to %d engine(s)", version,
+                    self.role.stage_tag, count, len(self.engine_urls))
+        return version
