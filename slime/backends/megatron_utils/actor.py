@@ -268,3 +268,24 @@ class MegatronTrainer:
     def model(self):
         """The unwrapped GPTModel of this rank (for weight export and tests)."""
         return unwrap(self.state.model[0])
+
+    # ----- weight sync ---------------------------------------------------------------------
+    def update_weights(self, engine_urls: list[str], weight_version: str | None = None) -> dict[str, float]:
+        """Push this trainer's weights into the engines at `engine_urls`; collective over all ranks.
+
+        The sender (`update_weight.build_weight_sender`: --colocate -> shared-memory tensors, else
+        a broadcast group) is built on the first call and rebuilt when the URLs change. With
+        --check-weight-update-equal the engines' log-probs on a probe prompt are compared with
+        ours (raises on mismatch). Returns metrics (empty unless the check ran)."""
+        from slime.backends.megatron_utils import update_weight
+        from slime.backends.megatron_utils.update_weight.check import check_engines_match_trainer
+
+        sender = getattr(self, "_weight_sender", None)  # created lazily: most ranks' first use is here
+        if sender is None or sender.engine_urls != [u.rstrip("/") for u in engine_urls]:
+            if sender is not None:
+                sender.disconnect()
+            sender = self._weight_sender = update_weight.build_weight_sender(self.args, self.model, engine_urls)
+        sender.update_weights(weight_version)
+        if not self.args.check_weight_update_equal:
+            return {}
+        return check_engines_match_trainer(self, sender.engine_urls)
