@@ -1,0 +1,1 @@
+"""Tests of slime.backends.sglang_utils."""
