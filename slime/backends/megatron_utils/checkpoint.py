@@ -1,0 +1,353 @@
+"""Trainer checkpoints: save, resume and weights-only loads in Megatron-LM's torch_dist layout.
+
+Owns `save_checkpoint` / `load_checkpoint` (model, optimizer, LR schedule, RNG states and the
+counters of one `TrainState`), `load_model_weights` (weights only: `--ref-load`, the reference
+model), `read_tracker` and the HF export of `--save-hf`.
+
+Layout (Megatron-LM's): `{save}/iter_{iteration:07d}/` holds the dist_checkpointing files and
+`{save}/latest_checkpointed_iteration.txt` the iteration, written by rank 0 after every rank
+finished. The state dict keys are Megatron-LM's: `model`, `optimizer`, `opt_param_scheduler`,
+`rng_state` (a ShardedObject per global rank, see `sharded_rng_state`), `iteration`, `checkpoint_version` (3.0), `args`; slime adds
+`rollout_id`. `args` is stored as an `argparse.Namespace` (Megatron-LM readers and the converter
+`tools/convert_torch_dist_to_hf.py` read it with getattr) holding plain values only, without
+secrets (flags named `*key`, `*token`, `*secret`, `*password`).
+
+Save strategy. megatron-core's default torch_dist writer (`FileSystemWriterAsync`) creates a
+`multiprocessing.Manager` with the *spawn* start method for its results queue (once per process)
+and then *forks* one writer process per file. The spawn re-imports the caller's `__main__`
+(a script without a `__main__` guard hangs there: DESIGN.md section 2), and forking a process
+that runs many threads (Ray actor workers, gloo's threads) can leave the child holding a lock
+that no thread will release. `thread_count=1` does not avoid either (it only makes one bucket).
+`InProcessTorchDistSaveStrategy` keeps megatron's planning, deduplication, metadata and file
+format (loadable by megatron's default torch_dist load strategy, any layout) but writes this
+rank's single file in the calling process: no Manager, no fork. Saving is therefore synchronous;
+`--async-save` is accepted and logged as synchronous.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from slime.backends.megatron_utils.hf_convert import (
+    CHECKPOINT_VERSION,
+    TRACKER_FILE,
+    iteration_dir,
+    load_torch_dist,
+)
+from slime.backends.megatron_utils.model import unwrap
+
+logger = logging.getLogger(__name__)
+
+_SECRET = re.compile(r"(^|_)(key|token|secret|password)$")
+_PLAIN = (str, int, float, bool, type(None))
+
+
+# ----- the in-process save strategy ------------------------------------------------------------
+def _writer_class():
+    from megatron.core.dist_checkpointing.strategies.filesystem_async import (
+        FileSystemWriterAsync,
+        _split_by_size_and_type,
+    )
+    from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, SerializationFormat, _write_item
+    from torch.distributed.checkpoint.planner import WriteItemType
+
+    TORCH_SAVE = SerializationFormat.TORCH_SAVE
+
+    class InProcessWriter(FileSystemWriterAsync):
+        """One file per rank, written by the calling process (see the module docstring)."""
+
+        def prepare_write_data(self, plan, planner) -> None:
+            prefix = plan.storage_data.prefix
+            self.write_buckets = []
+            for bucket in (b for b in _split_by_size_and_type(1, plan.items) if b):
+                name = f"{prefix}{len(self.write_buckets)}{DEFAULT_SUFFIX}"
+                data = [(item, planner.resolve_data(item)) for item in bucket]
+                as_bytes = [(i, d) for i, d in data if i.type == WriteItemType.BYTE_IO]
+                tensors = [(i, d.detach().to("cpu").contiguous()) for i, d in data if i.type != WriteItemType.BYTE_IO]
+                self.write_buckets.append((str(Path(self.checkpoint_dir) / name), name, (as_bytes, tensors)))
+            self.results_queue = queue.Queue()
+
+        def get_save_function_and_args(self):
+            return self._write_all, None, []
+
+        def _write_all(self) -> None:
+            results = {}
+            for idx, (path, storage_key, (as_bytes, tensors)) in enumerate(self.write_buckets):
+                with open(path, "wb") as stream:
+                    results[idx] = [_write_item(self.transforms, stream, data, item, storage_key, TORCH_SAVE)
+                                    for item, data in as_bytes + tensors]
+                    os.fsync(stream.fileno())
+            self.results_queue.put(results)
+
+    return InProcessWriter
+
+
+def in_process_save_strategy():
+    """megatron-core torch_dist save strategy whose writes stay in this process (no Manager/fork)."""
+    from megatron.core.dist_checkpointing.strategies.state_dict_saver import save_state_dict_async_plan
+    from megatron.core.dist_checkpointing.strategies.torch import (
+        MCoreSavePlanner,
+        TorchDistSaveShardedStrategy,
+        _replace_state_dict_keys_with_sharded_keys,
+        mcore_to_pyt_state_dict,
+    )
+
+    writer_cls = _writer_class()
+
+    class InProcessTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
+        """TorchDistSaveShardedStrategy with `InProcessWriter` and no cached plans."""
+
+        def async_save(self, sharded_state_dict, checkpoint_dir):
+            sharded, _, _ = _replace_state_dict_keys_with_sharded_keys(sharded_state_dict, self.keep_only_main_replica)
+            writer = writer_cls(checkpoint_dir, thread_count=1)
+            planner = MCoreSavePlanner(dedup_replicated_tensors=not self.keep_only_main_replica,
+                                       flatten_state_dict=False)
+            ret = save_state_dict_async_plan(mcore_to_pyt_state_dict(sharded, False), writer, None, 0,
+                                             planner=planner)
+            return self._get_save_and_finalize_callbacks(writer, ret[0])
+
+    return InProcessTorchDistSaveStrategy("torch_dist", 1, thread_count=1)
+
+
+# ----- pieces of the state dict ----------------------------------------------------------------
+def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
+    """Copy of `args` with plain values only (lists/tuples of plain values kept), secrets dropped,
+    `extra` added (the saver adds `world_size`)."""
+    out = {}
+    for key, value in vars(args).items():
+        if _SECRET.search(key):
+            continue
+        if isinstance(value, _PLAIN) or (isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value)):
+            out[key] = value
+    out.update(extra)
+    return argparse.Namespace(**out)
+
+
+def get_rng_state() -> dict:
+    """This rank's RNG states: python, numpy, torch, CUDA (when present), megatron's tracker."""
+    from megatron.core import tensor_parallel
+
+    return {
+        "random_rng_state": random.getstate(),
+        "np_rng_state": np.random.get_state(),
+        "torch_rng_state": torch.get_rng_state(),
+        "cuda_rng_state": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+        "rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `get_rng_state` returned."""
+    from megatron.core import tensor_parallel
+
+    random.setstate(state["random_rng_state"])
+    np.random.set_state(state["np_rng_state"])
+    torch.set_rng_state(state["torch_rng_state"])
+    if torch.cuda.is_available() and state.get("cuda_rng_state") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng_state"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["rng_tracker_states"])
+
+
+def sharded_rng_state():
+    """ShardedObject `rng_state` holding this rank's states, one object per global rank (shape
+    (world,), offset (rank,)). Megatron-LM indexes by (pp, tp[, ep]) with the data-parallel rank
+    as replica id; with EP > 1 expert ranks lie inside data parallel and a (pp, tp, ep) position
+    can have no replica 0, so slime keys by global rank and restores RNG only at the same layout."""
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    return ShardedObject("rng_state", get_rng_state(), (dist.get_world_size(),), (dist.get_rank(),), replica_id=0)
+
+
+def _layout() -> tuple[int, int, int]:
+    from megatron.core import parallel_state as mpu
+
+    return (mpu.get_pipeline_model_parallel_world_size(), mpu.get_tensor_model_parallel_world_size(),
+            mpu.get_expert_model_parallel_world_size())
+
+
+def _model_sd(state):
+    return unwrap(state.model[0]).sharded_state_dict()
+
+
+def _sharded_state(state, *, with_optim: bool, with_rng: bool, loading: bool) -> dict:
+    model_sd = _model_sd(state)
+    out = {"model": model_sd}
+    if with_optim:
+        out["optimizer"] = state.optimizer.sharded_state_dict(model_sd, is_loading=loading)
+    if with_rng:
+        out["rng_state"] = sharded_rng_state()
+    return out
+
+
+# ----- save ------------------------------------------------------------------------------------
+def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, save_optim: bool = True,
+                    extra: dict | None = None) -> Path:
+    """Write `state` (every rank calls) to `{save_dir}/iter_{iteration:07d}`, then the tracker file.
+
+    `state` is a `TrainState`; `extra` adds common (unsharded) entries. Returns the iteration
+    folder. Synchronous (see module docstring).
+    """
+    from megatron.core import dist_checkpointing
+
+    ckpt_dir = iteration_dir(save_dir, iteration)
+    if dist.get_rank() == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    sharded = _sharded_state(state, with_optim=save_optim, with_rng=True, loading=False)
+    sharded.update({
+        "opt_param_scheduler": state.scheduler.state_dict(),
+        "iteration": iteration,
+        "rollout_id": rollout_id,
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "args": plain_args(args, world_size=dist.get_world_size()),
+        **(extra or {}),
+    })
+    dist_checkpointing.save(sharded, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
+    dist.barrier()
+    if dist.get_rank() == 0:
+        (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
+    dist.barrier()
+    logger.info("saved checkpoint %s (rollout %d, optimizer %s)", ckpt_dir, rollout_id, save_optim)
+    return ckpt_dir
+
+
+# ----- load ------------------------------------------------------------------------------------
+def read_tracker(load_dir) -> int | None:
+    """Iteration in `{load_dir}/latest_checkpointed_iteration.txt`, None when the file is absent."""
+    tracker = Path(load_dir) / TRACKER_FILE
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker}: expected an iteration number, found {text!r}")
+    return int(text)
+
+
+def _same_layout(saved_args) -> bool:
+    """Whether (pp, tp, ep) sizes and the world size equal the saved ones."""
+    shape = _layout()
+    saved = tuple(getattr(saved_args, k, None) or 1 for k in (
+        "pipeline_model_parallel_size", "tensor_model_parallel_size", "expert_model_parallel_size"))
+    saved_world = getattr(saved_args, "world_size", None)
+    return saved == shape and saved_world == dist.get_world_size()
+
+
+def _load_model_state(model, state_dict: dict, where) -> None:
+    missing, unexpected = unwrap(model).load_state_dict(state_dict, strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise RuntimeError(f"{where}: missing keys {missing}, unexpected keys {unexpected}")
+
+
+def load_checkpoint(load_dir, state, *, load_optim: bool = True, load_rng: bool = True,
+                    strict: bool = True) -> tuple[int, dict] | None:
+    """Load the tracker's iteration of `load_dir` into `state` (any saved layout for the model).
+
+    Returns `(iteration, common)` where `common` holds `rollout_id` and `args`, or None when
+    `load_dir` has no tracker file. RNG states are restored only when the parallel layout and
+    world size are the saved ones (else logged and skipped); the optimizer needs the optimizer
+    keys in the checkpoint (`--no-save-optim` checkpoints need `--no-load-optim`).
+    """
+    from megatron.core import dist_checkpointing
+
+    iteration = read_tracker(load_dir)
+    if iteration is None:
+        return None
+    ckpt_dir = iteration_dir(load_dir, iteration)
+    common = dist_checkpointing.load_common_state_dict(str(ckpt_dir))
+    if load_rng and not _same_layout(common.get("args")):
+        logger.warning("%s was saved with another parallel layout: RNG states not restored", ckpt_dir)
+        load_rng = False
+    sharded = _sharded_state(state, with_optim=load_optim, with_rng=load_rng, loading=True)
+    if load_optim and not _has_optimizer(ckpt_dir):
+        raise ValueError(f"{ckpt_dir} has no optimizer state (saved with --no-save-optim): pass --no-load-optim")
+    loaded = dist_checkpointing.load(sharded, str(ckpt_dir), strict="assume_ok_unexpected")
+    if strict:
+        _load_model_state(state.model[0], loaded["model"], ckpt_dir)
+    else:
+        unwrap(state.model[0]).load_state_dict(loaded["model"], strict=False)
+    if load_optim:
+        state.optimizer.load_state_dict(loaded["optimizer"])
+        state.scheduler.load_state_dict(common["opt_param_scheduler"])
+    else:
+        state.optimizer.reload_model_params()
+    if load_rng:
+        set_rng_state(loaded["rng_state"])
+    logger.info("loaded checkpoint %s (optimizer %s, rng %s)", ckpt_dir, load_optim, load_rng)
+    return iteration, common
+
+
+def _has_optimizer(ckpt_dir: Path) -> bool:
+    from megatron.core import dist_checkpointing
+
+    keys = dist_checkpointing.load_tensors_metadata(str(ckpt_dir))
+    return any(key.startswith("optimizer.") or ".optimizer." in key for key in keys)  # chained_N.optimizer.
+
+
+def load_model_weights(load_dir, model) -> int:
+    """Weights only from the tracker's iteration of `load_dir` into `model` (DDP, Float16Module
+    or bare GPTModel; any saved layout). Returns the iteration; raises when there is no tracker."""
+    iteration = read_tracker(load_dir)
+    if iteration is None:
+        raise FileNotFoundError(f"{Path(load_dir) / TRACKER_FILE} not found: is {load_dir} a Megatron torch_dist checkpoint?")
+    load_torch_dist(unwrap(model), iteration_dir(load_dir, iteration))
+    return iteration
+
+
+# ----- start of a run, HF export ---------------------------------------------------------------
+def load_initial_state(args, state, ref_model=None) -> tuple[int, dict]:
+    """Where a run starts (Megatron-LM's rule): resume from `--load` when it has a tracker file
+    (model, optimizer unless --no-load-optim, schedule, RNG unless --no-load-rng; `--finetune`
+    loads weights only and restarts the count), else weights from `--ref-load`. The reference
+    model, when given, gets `--ref-load`'s weights. Returns (start rollout id, common state of the
+    resumed checkpoint or {}); sets `args.start_rollout_id` unless the user gave one.
+    """
+    if ref_model is not None and args.ref_load:
+        load_model_weights(args.ref_load, ref_model)
+    resumed = None
+    if args.load and read_tracker(args.load) is not None:
+        resumed = load_checkpoint(args.load, state, load_optim=not (args.no_load_optim or args.finetune),
+                                  load_rng=not (args.no_load_rng or args.finetune))
+    if resumed is None and args.ref_load:
+        load_model_weights(args.ref_load, state.model[0])
+        state.optimizer.reload_model_params()
+    common = resumed[1] if resumed is not None else {}
+    start = int(common["rollout_id"]) + 1 if common and not args.finetune else 0
+    if args.start_rollout_id is None:
+        args.start_rollout_id = start
+    return start, common
+
+
+def save_hf(args, model, rollout_id: int) -> Path | None:
+    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (data-parallel
+    rank 0 writes; config/tokenizer copied from `--hf-checkpoint`). Needs TP = PP = EP = 1."""
+    from megatron.core import parallel_state as mpu
+
+    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
+    from slime.backends.megatron_utils.hf_loader import export_hf_weights
+    from slime.backends.megatron_utils.weight_maps import weight_map_for
+
+    if mpu.get_model_parallel_group().size() > 1 or mpu.get_expert_model_parallel_world_size() > 1:
+        raise ValueError("--save-hf needs an unsharded model (TP = PP = EP = 1); convert a sharded "
+                         "checkpoint with tools/convert_torch_dist_to_hf.py instead")
+    if not args.hf_checkpoint:
+        raise ValueError("--save-hf needs --hf-checkpoint (the HF config and tokenizer to copy)")
+    out = Path(args.save_hf.format(rollout_id=rollout_id))
+    if dist.get_rank() == 0:
+        config = read_hf_config(args.hf_checkpoint)
+        wmap = weight_map_for(config, args.make_vocab_size_divisible_by, 1)
+        dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
+        named = ((name, t.to(dtype)) for name, t in export_hf_weights(unwrap(model), wmap))
+        save_hf_checkpoint(named, out, args.hf_checkpoint)
+    dist.barrier()
+    return out

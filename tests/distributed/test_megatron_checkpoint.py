@@ -1,0 +1,159 @@
+"""Trainer checkpoints on gloo: resume gives the uninterrupted run's next step, RNG states round
+trip, the Megatron-LM layout, --no-save-optim, and an EP=2 save (no hang) loaded with EP=1."""
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
+
+pytestmark = pytest.mark.distributed
+
+SPAWN_TIMEOUT_S = 120
+
+
+def _spawn(fn, world: int, *args) -> None:
+    """Run fn(rank, world, port, *args) on `world` processes; fail (and kill them) after the timeout."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ctx = mp.start_processes(fn, args=(world, free_port()) + args, nprocs=world, join=False, start_method="spawn")
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail(f"{fn.__name__} on {world} ranks did not finish in {SPAWN_TIMEOUT_S} s (hang?)")
+
+
+def _draws() -> dict:
+    from megatron.core import tensor_parallel
+
+    with tensor_parallel.get_cuda_rng_tracker().fork():
+        tracked = torch.rand(3).tolist()
+    return {"torch": torch.rand(3).tolist(), "numpy": np.random.rand(3).tolist(),
+            "python": [random.random() for _ in range(3)], "tracker": tracked}
+
+
+def _finish(rank: int, out: str, result: dict) -> None:
+    from slime.backends.megatron_utils.parallel import destroy_parallel
+
+    if rank == 0:
+        Path(out).write_text(json.dumps(result))
+    destroy_parallel()
+
+
+def _straight_worker(rank, world, port, hf, ckpt, extra, out):
+    """Rollout 0, RNG draws (moving every stream off its seed), save, RNG draws, rollout 1."""
+    args, trainer = build_trainer(hf, world, ["--save", ckpt] + extra, rank, port)
+    trainer.train(0, fixed_rollout_data())
+    _draws()
+    trainer.save(0)
+    draws = _draws()
+    _finish(rank, out, {"draws": draws, "next": trainer.train(1, fixed_rollout_data())})
+
+
+def _resume_worker(rank, world, port, hf, ckpt, extra, out):
+    """Resume from the checkpoint: RNG draws, rollout 1."""
+    args, trainer = build_trainer(hf, world, ["--load", ckpt] + extra, rank, port)
+    start = trainer.load_initial_state()
+    draws = _draws()
+    result = {"start": start, "step_id": trainer.step_id, "draws": draws,
+              "next": trainer.train(1, fixed_rollout_data())}
+    _finish(rank, out, result)
+
+
+def _run(fn, world, tmp_path, hf, ckpt, extra, tag) -> dict:
+    out = Path(tmp_path) / f"{tag}.json"
+    _spawn(fn, world, str(hf), str(ckpt), extra, str(out))
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_moe_hf, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ckpt")
+    ckpt = tmp / "save"
+    return ckpt, _run(_straight_worker, 1, tmp, tiny_moe_hf, ckpt, [], "straight")
+
+
+def test_layout_tracker_and_iteration_folder(straight):
+    ckpt, _ = straight
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "0"
+    assert (ckpt / "iter_0000000" / "metadata.json").is_file()
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+
+
+def test_resume_matches_uninterrupted_run(straight, tiny_moe_hf, tmp_path):
+    ckpt, want = straight
+    got = _run(_resume_worker, 1, tmp_path, tiny_moe_hf, ckpt, [], "resume")
+    assert got["start"] == 1 and got["step_id"] == 1
+    for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/ppo_kl", "train/lr"):
+        assert got["next"][key] == pytest.approx(want["next"][key], rel=1e-6, abs=1e-9), key
+
+
+def test_rng_states_round_trip(straight, tiny_moe_hf, tmp_path):
+    ckpt, want = straight
+    got = _run(_resume_worker, 1, tmp_path, tiny_moe_hf, ckpt, ["--no-load-optim"], "rng")
+    assert got["draws"] == want["draws"]
+    fresh = _run(_resume_worker, 1, tmp_path, tiny_moe_hf, ckpt, ["--no-load-optim", "--no-load-rng"], "norng")
+    assert fresh["draws"] != want["draws"]  # the seeded streams, not the saved ones
+
+
+def _no_optim_worker(rank, world, port, hf, ckpt, extra, out):
+    from megatron.core import dist_checkpointing
+
+    args, trainer = build_trainer(hf, world, ["--save", ckpt, "--no-save-optim"], rank, port)
+    trainer.save(3)
+    keys = sorted(dist_checkpointing.load_tensors_metadata(str(Path(ckpt) / "iter_0000003")))
+    args.load, args.no_load_optim = ckpt, False
+    try:
+        trainer.load_initial_state()
+        error = ""
+    except ValueError as err:
+        error = str(err)
+    _finish(rank, out, {"keys": keys, "error": error})
+
+
+def test_no_save_optim_omits_optimizer(tiny_moe_hf, tmp_path):
+    got = _run(_no_optim_worker, 1, tmp_path, tiny_moe_hf, tmp_path / "save", [], "noopt")
+    assert got["keys"] and not [k for k in got["keys"] if "optimizer" in k]
+    assert "--no-load-optim" in got["error"]
+
+
+def _ep_save_worker(rank, world, port, hf, ckpt, extra, out):
+    """EP=2: one step, save, then the response log-probs of the fixed batch."""
+    args, trainer = build_trainer(hf, world, ["--save", ckpt] + extra, rank, port)
+    trainer.train(0, fixed_rollout_data())
+    trainer.save(0)
+    _finish(rank, out, _log_probs(trainer))
+
+
+def _ep_load_worker(rank, world, port, hf, ckpt, extra, out):
+    """Start from the checkpoint's weights (--ref-load without --load, or --load --no-load-optim)."""
+    args, trainer = build_trainer(hf, world, extra, rank, port)
+    start = trainer.load_initial_state()
+    _finish(rank, out, {"start": start, "log_probs": _log_probs(trainer)})
+
+
+def _log_probs(trainer) -> dict:
+    data = fixed_rollout_data()
+    got = trainer.compute_log_prob(data, list(range(len(data["tokens"]))))["log_probs"]
+    return {str(i): t.tolist() for i, t in got.items()}
+
+
+def test_ep2_save_loads_with_ep1(tiny_moe_hf, tmp_path):
+    """The optimizer's layout (chained per expert group) is the saved one's, so a resharding
+    load takes the weights: --ref-load (weights only) or --load --no-load-optim."""
+    ckpt = tmp_path / "save"
+    want = _run(_ep_save_worker, 2, tmp_path, tiny_moe_hf, ckpt, ["--expert-model-parallel-size", "2"], "ep2")
+    for flags, start in ((["--ref-load", str(ckpt)], 0), (["--load", str(ckpt), "--no-load-optim"], 1)):
+        got = _run(_ep_load_worker, 1, tmp_path, tiny_moe_hf, ckpt, flags, "ep1")
+        assert got["start"] == start
+        assert got["log_probs"].keys() == want.keys()
+        for i in want:
+            assert got["log_probs"][i] == pytest.approx(want[i], abs=1e-5), f"{flags}: sample {i}"
