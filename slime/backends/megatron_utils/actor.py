@@ -264,6 +264,28 @@ class MegatronTrainer:
         dist.broadcast_object_list(box, src=src, group=group)
         return box[0]
 
+    # ----- checkpoints ----------------------------------------------------------------------
+    def load_initial_state(self) -> int:
+        """Resume from `--load` or start from `--ref-load` (see `checkpoint.load_initial_state`);
+        the reference model gets `--ref-load`'s weights. Returns the rollout id to start from."""
+        from slime.backends.megatron_utils import checkpoint
+
+        start, common = checkpoint.load_initial_state(self.args, self.state, self.ref_model)
+        self.step_id = int(common.get("step_id", 0))
+        return start
+
+    def save(self, rollout_id: int) -> None:
+        """Checkpoint `iter_{rollout_id:07d}` under `--save` (optimizer unless --no-save-optim) and,
+        with `--save-hf`, HF safetensors of the current weights."""
+        from slime.backends.megatron_utils import checkpoint
+
+        args = self.args
+        if args.save:
+            checkpoint.save_checkpoint(args.save, rollout_id, self.state, rollout_id=rollout_id, args=args,
+                                       save_optim=not args.no_save_optim, extra={"step_id": self.step_id})
+        if args.save_hf:
+            checkpoint.save_hf(args, self.state.model[0], rollout_id)
+
     @property
     def model(self):
         """The unwrapped GPTModel of this rank (for weight export and tests)."""
