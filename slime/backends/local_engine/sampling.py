@@ -179,11 +179,8 @@ def sample_next_tokens(
     logits = logits.float()
     temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=torch.float32)
     logprobs = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1).cpu()
-    tokens: list[int] = []
+    chosen = logprobs.argmax(dim=-1)  # greedy rows keep this; sampled rows are overwritten below
     for row, (p, gen) in enumerate(zip(params, generators)):
-        if p.temperature == 0:
-            tokens.append(int(logprobs[row].argmax()))
-            continue
-        probs = _filter_probs(logprobs[row].exp(), p)
-        tokens.append(int(torch.multinomial(probs, 1, generator=gen)))
-    return tokens, [float(logprobs[row, t]) for row, t in enumerate(tokens)]
+        if p.temperature > 0:
+            chosen[row] = torch.multinomial(_filter_probs(logprobs[row].exp(), p), 1, generator=gen)[0]
+    return chosen.tolist(), logprobs.gather(1, chosen[:, None])[:, 0].tolist()
