@@ -30,6 +30,15 @@ DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes", "node_rank", "dist_init_addr",
                     "random_seed", "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup",
                     "trust_remote_code")
+# Fields whose SGLang (0.5.10) option takes its value differently from what the annotation
+# suggests: name -> renderer of a set value into the option's arguments.
+_OPTION_RENDERERS = {
+    # type=json_list_type: one JSON list argument, not nargs
+    "remote_instance_weight_loader_send_weights_group_ports": lambda value: [json.dumps(list(value))],
+    "forward_hooks": lambda value: [value if isinstance(value, str) else json.dumps(value)],
+    # a bool field whose option takes a value (type=str)
+    "debug_tensor_dump_inject": lambda value: [str(value)],
+}
 
 
 def engine_nnodes(args) -> int:
@@ -96,6 +105,8 @@ def _render(name: str, value: Any) -> list[str]:
     flag = "--" + name.replace("_", "-")
     if value is None or value is False:  # None: SGLang's default; False: a store_true flag left off
         return []
+    if name in _OPTION_RENDERERS:
+        return [flag, *_OPTION_RENDERERS[name](value)]
     if value is True:
         return [flag]
     if isinstance(value, (list, tuple)):
@@ -109,7 +120,8 @@ def server_command(fields: dict[str, Any], launcher: tuple[str, ...] | list[str]
     """`launcher` + `--field-name value` for each field, in the order given.
 
     True -> bare flag, False / None -> omitted (SGLang's store_true default), list -> flag followed
-    by its items (nargs), dict -> one JSON argument, anything else -> str(value). Every name must
+    by its items (nargs), dict -> one JSON argument, anything else -> str(value); the few options
+    of `_OPTION_RENDERERS` take theirs as SGLang parses them. Every name must
     be a field of SGLang's ServerArgs (`server_arg_fields()`); raises ValueError naming the others.
     """
     known = {entry["name"] for entry in server_arg_fields()}

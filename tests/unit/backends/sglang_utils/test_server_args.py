@@ -87,6 +87,16 @@ def test_value_rendering():
     assert json.loads(argv[argv.index("--mm-process-config") + 1]) == fields["mm_process_config"]
 
 
+def test_options_that_take_json_or_a_value():
+    fields = {"remote_instance_weight_loader_send_weights_group_ports": [5000, 5001],
+              "forward_hooks": [{"name": "h", "target_modules": ["x"]}], "debug_tensor_dump_inject": True}
+    argv = sa.server_command(fields, launcher=())
+    assert argv[:2] == ["--remote-instance-weight-loader-send-weights-group-ports", "[5000, 5001]"]
+    assert json.loads(argv[3]) == fields["forward_hooks"] and len(argv) == 6
+    assert argv[4:] == ["--debug-tensor-dump-inject", "True"]
+    assert sa.server_command({"debug_tensor_dump_inject": False}, launcher=()) == []
+
+
 def test_unknown_field_is_refused():
     with pytest.raises(ValueError, match="not_a_field"):
         sa.server_command({"model_path": "/m", "not_a_field": 1})
@@ -124,8 +134,9 @@ def test_engine_rank_must_be_in_range():
 def test_command_parses_with_sglang_server_args(monkeypatch):
     module = pytest.importorskip("sglang.srt.server_args", exc_type=ImportError,
                                  reason="sglang.srt.server_args does not import here (no sglang or no GPU stack)")
-    args = _qwen_args("--sglang-cuda-graph-bs", "1", "2", "4", "--sglang-quantization", "fp8")
-    fields = _fields(args, engine_rank=0)
+    args = _qwen_args("--sglang-cuda-graph-bs", "1", "2", "4", "--sglang-quantization", "fp8",
+                      "--sglang-remote-instance-weight-loader-send-weights-group-ports", "5000", "5001")
+    fields = {**_fields(args, engine_rank=0), "mm_process_config": {"image": {"max_pixels": 64}}}
     parser = argparse.ArgumentParser()
     module.ServerArgs.add_cli_args(parser)
     namespace = parser.parse_args(sa.server_command(fields)[len(sa.DEFAULT_LAUNCHER):])
