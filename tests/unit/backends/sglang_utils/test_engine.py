@@ -106,3 +106,17 @@ def test_start_twice_is_refused(tmp_path):
             engine.start()
     finally:
         engine.stop()
+
+
+def test_non_zero_node_rank_does_not_wait_for_http():
+    fields = {"model_path": "/m", "host": "127.0.0.1", "port": _free_port(), "tp_size": 16, "nnodes": 2,
+              "node_rank": 1, "dist_init_addr": "127.0.0.1:5000", "base_gpu_id": 0}
+    engine = SGLangEngine(fields, visible_devices=EIGHT_GPUS,
+                          launcher=(sys.executable, "-c", "import time; time.sleep(600)"))
+    assert not engine.serves_http
+    try:
+        engine.start(timeout=1)  # would raise TimeoutError if it waited for /health
+        assert engine.is_alive()
+    finally:
+        engine.stop()
+    assert not engine.is_alive()
