@@ -50,6 +50,7 @@ def exported(hf_dir, world: int, extra: list, out: Path) -> tuple[dict, list]:
 
 
 def assert_equals_checkpoint(union: dict, hf_dir) -> None:
+    """Same names as the checkpoint, each tensor fp32 and bit-identical."""
     from slime.backends.megatron_utils.hf_io import HFCheckpoint
 
     ckpt = HFCheckpoint(hf_dir)

@@ -14,6 +14,7 @@ whole HF checkpoint. Vocabulary padding is removed; names are HF names.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Iterable, Iterator
 
@@ -60,8 +61,9 @@ def _all_gather(tensor: torch.Tensor, group) -> list[torch.Tensor]:
     return out
 
 
-def _full_megatron_tensors(model, wmap, ctx, name: str, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """``[(global megatron name, full tensor)]`` for one local parameter (several for experts)."""
+def _full_megatron_tensors(wmap, ctx, name: str, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """``[(global megatron name, full tensor)]`` for one local parameter (several for experts:
+    the same local expert slot of every EP rank, each merged over expert-TP)."""
     mpu = _mpu()
     full_name = global_name(name, ctx)
     if not wmap.is_expert(full_name):
@@ -72,16 +74,9 @@ def _full_megatron_tensors(model, wmap, ctx, name: str, param: torch.Tensor) -> 
     per_etp = [_all_gather(s, mpu.get_expert_model_parallel_group()) for s in etp_shards]
     out = []
     for ep_rank in range(ctx.ep_size):
-        owner_ctx = _with_ep_rank(ctx, ep_rank)
-        owner_name = global_name(name, owner_ctx)
+        owner_name = global_name(name, dataclasses.replace(ctx, ep_rank=ep_rank))
         out.append((owner_name, gather_tensor(wmap, owner_name, [shards[ep_rank] for shards in per_etp])))
     return out
-
-
-def _with_ep_rank(ctx, ep_rank: int):
-    import dataclasses
-
-    return dataclasses.replace(ctx, ep_rank=ep_rank)
 
 
 def _skip(model, name: str) -> bool:
@@ -105,7 +100,7 @@ def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = 
     for name, param in model.named_parameters():
         if _skip(model, name):
             continue
-        for full_name, full in _full_megatron_tensors(model, wmap, ctx, name, param.detach()):
+        for full_name, full in _full_megatron_tensors(wmap, ctx, name, param.detach()):
             for hf_name, tensor in wmap.to_hf(full_name, full):
                 yield hf_name, (tensor.to("cpu", copy=True) if to_cpu else tensor.contiguous())
 
