@@ -41,7 +41,7 @@ def parse_args():
     p.add_argument("--num-threads", type=int, default=1, help="torch threads for the engine and the baseline")
     p.add_argument("--sync-hidden", type=int, default=512, help="hidden size of the dense sync-benchmark model")
     p.add_argument("--sync-layers", type=int, default=4, help="layers of the dense sync-benchmark model")
-    p.add_argument("--sync-rounds", type=int, default=3, help="weight-sync repetitions (best is reported)")
+    p.add_argument("--sync-rounds", type=int, default=5, help="weight-sync repetitions (best is reported)")
     p.add_argument("--out", default="bench_engine.json", help="JSON output path")
     return p.parse_args()
 
