@@ -46,6 +46,16 @@ def _resolve(fut: asyncio.Future, result: dict) -> None:
         fut.set_result(result)
 
 
+def _resolver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
+    """Callback for the scheduler thread that hands `result` to `fut` on its event loop."""
+
+    def deliver(result: dict) -> None:
+        if not loop.is_closed():  # at shutdown the loop may be gone before aborted requests finish
+            loop.call_soon_threadsafe(_resolve, fut, result)
+
+    return deliver
+
+
 def _ok(message: str, **extra) -> JSONResponse:
     return JSONResponse({"success": True, "message": message, **extra})
 
@@ -59,7 +69,7 @@ def _generation_routes(engine: Engine) -> list:
         def on_done_factory(_index):
             fut = loop.create_future()
             futures.append(fut)
-            return lambda result: loop.call_soon_threadsafe(_resolve, fut, result)
+            return _resolver(loop, fut)
 
         reqs, batch = engine.parse_generate(body, on_done_factory)
         for req in reqs:
@@ -81,7 +91,7 @@ def _generation_routes(engine: Engine) -> list:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         reqs, _ = engine.parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
-                                        lambda _i: (lambda r: loop.call_soon_threadsafe(_resolve, fut, r)))
+                                        lambda _i: _resolver(loop, fut))
         engine.scheduler.submit(reqs[0])
         await fut
         return JSONResponse({"status": "ok"})
