@@ -21,9 +21,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+import aiohttp
+
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
-from slime.utils.engine_client import EngineClient
+from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
     call_custom_generate,
@@ -121,7 +123,7 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
         "sampling_params": {**sampling_params, "max_new_tokens": budget},
         "return_logprob": True,
     }
-    output = await client.generate(payload)
+    output = await _send_generate(args, client, payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
     sample.tokens = sample.tokens + new_tokens
@@ -135,6 +137,37 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     sample.spec_info.add(meta)
     sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
     return sample
+
+
+# With --use-fault-tolerance a /generate whose engine died is re-sent this many times in all,
+# waiting FT_RETRY_BACKOFF_S * 2**k (capped) between attempts while the manager restarts the engine.
+FT_MAX_ATTEMPTS = 8
+FT_RETRY_BACKOFF_S = 0.5
+FT_RETRY_BACKOFF_MAX_S = 8.0
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Connection failures, timeouts and 5xx answers (a dead engine behind the router)."""
+    if isinstance(exc, EngineHTTPError):
+        return exc.status >= 500
+    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
+
+
+async def _send_generate(args, client: EngineClient, payload: dict) -> dict:
+    """POST /generate once, or with `--use-fault-tolerance` up to FT_MAX_ATTEMPTS times on
+    retryable failures (the request is re-sent whole: no partial output was kept)."""
+    attempts = FT_MAX_ATTEMPTS if getattr(args, "use_fault_tolerance", False) else 1
+    attempt = 1
+    while True:
+        try:
+            return await client.generate(payload)
+        except (EngineHTTPError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if attempt >= attempts or not _retryable(exc):
+                raise
+            delay = min(FT_RETRY_BACKOFF_S * 2 ** (attempt - 1), FT_RETRY_BACKOFF_MAX_S)
+            logger.warning("generate failed (attempt %d of %d): %s; retrying in %.1fs", attempt, attempts, exc, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
 
 
 async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: dict, evaluation: bool) -> list[Sample]:

@@ -1,0 +1,266 @@
+"""The RolloutManager Ray actor: data source, engines, router, and rollout -> train data.
+
+`RolloutManager.remote(args, placement)` owns everything on the rollout side of the loop:
+- the data source (`--data-source-path`, saved / loaded with checkpoints),
+- one `RolloutEngine` actor per engine on its rollout bundle (slime.ray.engines),
+- the sglang-router (a `RouterProcess` it starts, or the one named by
+  `--sglang-router-ip/--sglang-router-port`, where it only registers its engines),
+- the rollout and eval calls (`--rollout-function-path`, `--eval-function-path`) and the turn of
+  samples into the train-data dict the trainer consumes,
+- with `--use-fault-tolerance`, a background thread that restarts a dead engine on its bundle and
+  re-registers it with the router (the rollout's `generate` retries the requests that failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+
+import ray
+import torch
+
+from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
+from slime.ray.engines import create_engine_actor, create_engines, free_port
+from slime.rollout.train_data import post_process_rewards, rollout_metrics, samples_to_train_data
+from slime.utils.misc import load_function
+from slime.utils.plugins import (
+    call_convert_samples_to_train_data,
+    call_reward_post_process,
+    call_rollout_data_postprocess,
+    call_rollout_fn,
+    make_data_source,
+)
+from slime.utils.types import Sample
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEALTH_CHECK_INTERVAL_S = 2.0
+
+
+class _EngineMonitor:
+    """Background thread calling `check()` every `interval` seconds until `stop()`."""
+
+    def __init__(self, check, interval: float):
+        self._check, self._interval = check, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-health", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._check()
+            except Exception:  # fault tolerance: a failed round is logged, the next one retries
+                logger.exception("engine health round failed; retrying in %.1fs", self._interval)
+
+    def stop(self) -> None:
+        """Ask the thread to end and wait for the round in progress."""
+        self._stop.set()
+        self._thread.join()
+
+
+@ray.remote
+class RolloutManager:
+    """Rollout side of the loop as one Ray actor (see the module docstring)."""
+
+    def __init__(self, args, placement, rollout_bundles=None):
+        """Create the data source, start the engines and the router, register every engine, and
+        point `args.sglang_router_ip/port` at the router for the rollout function.
+
+        `placement` is the job's `JobPlacement`; `rollout_bundles` the sorted bundle positions of
+        the rollout (default: `PlacementPlan.from_args(args).rollout_bundles`).
+        """
+        self.args = args
+        self.placement = placement
+        self.data_source = make_data_source(load_function(args.data_source_path), args)
+        self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
+        self.urls: list[str] = ray.get([e.start.remote() for e in self.engines])
+        self.router = self._start_router(args)
+        for url in self.urls:
+            add_worker(self.router_url, url)
+        self._lock = threading.Lock()  # guards self.urls
+        self._check_lock = threading.Lock()  # one health round at a time (monitor vs. generate)
+        self._offloaded = False
+        self.restarts = 0
+        self.monitor = None
+        if args.use_fault_tolerance:
+            interval = getattr(args, "rollout_health_check_interval", None) or DEFAULT_HEALTH_CHECK_INTERVAL_S
+            self.monitor = _EngineMonitor(self.check_engines, interval)
+
+    def _start_router(self, args) -> RouterProcess | None:
+        """Our RouterProcess, or None when --sglang-router-ip/--sglang-router-port name one."""
+        if args.sglang_router_ip and args.sglang_router_port:
+            self.router_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+            logger.info("using the existing router at %s", self.router_url)
+            return None
+        host = ray.util.get_node_ip_address()
+        port = free_port(host)
+        extra = router_extra_args(args)
+        if "--prometheus-port" not in extra:  # its default (29000) clashes with any other router on the node
+            extra += ["--prometheus-port", str(free_port(host))]
+        router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
+                               extra=extra).start()
+        args.sglang_router_ip, args.sglang_router_port = host, port
+        self.router_url = router.url
+        return router
+
+    def num_rollout(self) -> int:
+        """`--num-rollout`, or `--num-epoch` epochs of the data source in `--rollout-batch-size` steps."""
+        if self.args.num_rollout is not None:
+            return int(self.args.num_rollout)
+        return int(self.args.num_epoch) * len(self.data_source) // self.args.rollout_batch_size
+
+    def router_address(self) -> tuple[str, int]:
+        """(ip, port) of the router the rollout talks to."""
+        return self.args.sglang_router_ip, self.args.sglang_router_port
+
+    def engine_urls(self) -> list[str]:
+        """Base URL of every engine, in engine-rank order."""
+        with self._lock:
+            return list(self.urls)
+
+    def engine_pids(self) -> list[int]:
+        """Process id of every engine server (tests kill one to exercise fault tolerance)."""
+        return ray.get([e.pid.remote() for e in self.engines])
+
+    def health_check(self) -> list[bool]:
+        """Whether each engine answers /health (a dead engine actor counts as unhealthy)."""
+        out = []
+        for engine in self.engines:
+            try:
+                out.append(ray.get(engine.is_healthy.remote()))
+            except ray.exceptions.RayActorError:
+                out.append(False)
+        return out
+
+    def check_engines(self) -> int:
+        """Restart every unhealthy engine on its bundle and swap it in the router; returns how
+        many were restarted. Skipped while the engines are offloaded."""
+        with self._check_lock:
+            if self._offloaded:
+                return 0
+            dead = [rank for rank, healthy in enumerate(self.health_check()) if not healthy]
+            for rank in dead:
+                self._recover(rank)
+            return len(dead)
+
+    def _recover(self, rank: int) -> None:
+        old = self.urls[rank]
+        logger.warning("engine %d at %s is unhealthy: restarting it", rank, old)
+        remove_worker(self.router_url, old)
+        try:
+            new = ray.get(self.engines[rank].restart.remote())
+        except ray.exceptions.RayActorError:  # the actor itself died: a new one on the same bundle
+            self.engines[rank] = create_engine_actor(self.args, self.placement, self.positions[rank], rank, self.kind)
+            new = ray.get(self.engines[rank].start.remote())
+        add_worker(self.router_url, new)
+        with self._lock:
+            self.urls[rank] = new
+        self.restarts += 1
+        logger.warning("engine %d back at %s", rank, new)
+
+    def generate(self, rollout_id: int) -> tuple[dict, dict]:
+        """One training rollout -> (train_data dict, metrics dict).
+
+        Calls `--rollout-function-path` (or replays `--load-debug-rollout-data`), flattens the
+        groups, converts them (`--custom-convert-samples-to-train-data-path` or the default with
+        `--custom-reward-post-process-path`), applies `--rollout-data-postprocess-path`, and
+        saves the samples to `--save-debug-rollout-data` when set.
+        """
+        args = self.args
+        start = time.monotonic()
+        if args.use_fault_tolerance:
+            self.check_engines()
+        extra_metrics = {}
+        if args.load_debug_rollout_data:
+            samples = self._load_debug_samples(rollout_id)
+        else:
+            fn = load_function(args.rollout_function_path)
+            out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=False)
+            samples = [s for group in out.samples for s in group]
+            extra_metrics = dict(out.metrics or {})
+        seconds = time.monotonic() - start
+        if args.save_debug_rollout_data:
+            self._save_debug_samples(rollout_id, samples)
+        train_data = self._to_train_data(samples)
+        if args.rollout_data_postprocess_path:
+            call_rollout_data_postprocess(load_function(args.rollout_data_postprocess_path), args, rollout_id,
+                                          train_data)
+        return train_data, {**rollout_metrics(args, samples, seconds), **extra_metrics}
+
+    def _to_train_data(self, samples: list[Sample]) -> dict:
+        args = self.args
+        if args.custom_convert_samples_to_train_data_path:
+            fn = load_function(args.custom_convert_samples_to_train_data_path)
+            return call_convert_samples_to_train_data(fn, args, samples)
+        rewards_fn = post_process_rewards
+        if args.custom_reward_post_process_path:
+            post = load_function(args.custom_reward_post_process_path)
+
+            def rewards_fn(a, s):
+                raw, rewards = call_reward_post_process(post, a, s)
+                return [float(r) for r in raw], [float(r) for r in rewards]
+
+        return samples_to_train_data(args, samples, rewards_fn=rewards_fn)
+
+    def _save_debug_samples(self, rollout_id: int, samples: list[Sample]) -> None:
+        path = self.args.save_debug_rollout_data.format(rollout_id=rollout_id)
+        torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, path)
+        logger.info("rollout %d: %d samples saved to %s", rollout_id, len(samples), path)
+
+    def _load_debug_samples(self, rollout_id: int) -> list[Sample]:
+        path = self.args.load_debug_rollout_data.format(rollout_id=rollout_id)
+        data = torch.load(path, weights_only=False)
+        logger.info("rollout %d: replaying %d samples from %s", rollout_id, len(data["samples"]), path)
+        return [Sample.from_dict(d) for d in data["samples"]]
+
+    def eval(self, rollout_id: int) -> dict[str, float]:
+        """Run `--eval-function-path` (default: the rollout function with evaluation=True);
+        returns `eval/<name>` (mean reward) and `eval/<name>/truncated_ratio` per dataset."""
+        args = self.args
+        if args.use_fault_tolerance:
+            self.check_engines()
+        fn = load_function(args.eval_function_path or args.rollout_function_path)
+        out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True)
+        metrics = {}
+        for name, data in out.data.items():
+            metrics[f"eval/{name}"] = statistics.fmean(float(r) for r in data["rewards"])
+            if data.get("truncated"):
+                metrics[f"eval/{name}/truncated_ratio"] = statistics.fmean(float(t) for t in data["truncated"])
+        metrics.update(out.metrics or {})
+        return metrics
+
+    def offload(self) -> None:
+        """Release memory on every engine (`--offload-rollout`, before training)."""
+        self._offloaded = True
+        ray.get([e.release_memory.remote() for e in self.engines])
+
+    def onload(self) -> None:
+        """Resume memory on every engine (before the weight update / next rollout)."""
+        ray.get([e.resume_memory.remote() for e in self.engines])
+        self._offloaded = False
+
+    def save(self, rollout_id: int) -> None:
+        """Save the data source's position after rollout `rollout_id` (under `--save`)."""
+        self.data_source.save(rollout_id)
+
+    def load(self, rollout_id: int | None = None) -> None:
+        """Restore the data source's position (under `--load`; None: the latest saved)."""
+        self.data_source.load(rollout_id)
+
+    def shutdown(self) -> None:
+        """Stop the health thread, the engines and the router this manager started."""
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        for engine in self.engines:
+            try:
+                ray.get(engine.stop.remote())
+            except ray.exceptions.RayActorError:  # already gone: nothing left to stop
+                logger.warning("an engine actor was already dead at shutdown")
+            ray.kill(engine)
+        if self.router is not None:
+            self.router.stop()
+            self.router = None

@@ -1,0 +1,144 @@
+"""RolloutManager on Ray: two local engines behind a real sglang-router serve whole rollouts.
+
+One manager (fault tolerance on) serves the whole module: a 32 x 8 rollout keeps groups and
+order, eval reports `eval/toy`, the data-source position survives save / load, and an engine
+SIGKILLed in the middle of a rollout is restarted while the rollout still returns every sample.
+"""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+from slime.ray.engines import ENGINE_KINDS, engine_positions, resolve_engine_kind
+from slime.ray.placement import create_placement
+from slime.ray.rollout_manager import RolloutManager
+from slime.utils.arguments import parse_args
+from slime.utils.types import Sample
+from tests.conftest import REPO_ROOT
+from tests.unit.rollout.test_sglang_rollout import rollout_argv
+
+N_PROMPTS, N_SAMPLES = 32, 8
+KILL_FILE = "kill_engine_pid"
+
+
+def kill_engine_hook(args, sample, *, rollout_id=None, evaluation=False):
+    """`--rollout-sample-hook-path` used by the fault-tolerance test: when `{--save}/KILL_FILE`
+    exists, SIGKILL the engine pid written in it (once), right after a sample finished."""
+    path = Path(args.save) / KILL_FILE
+    if path.exists():
+        pid = int(path.read_text())
+        path.unlink()
+        os.kill(pid, signal.SIGKILL)
+    return None
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(num_cpus=8, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def args(tiny_moe_hf, toy_data, tmp_path_factory):
+    work = tmp_path_factory.mktemp("rollout_manager")
+    return parse_args(rollout_argv(
+        tiny_moe_hf, toy_data, N_PROMPTS, N_SAMPLES,
+        "--rollout-num-gpus", "2", "--rollout-num-gpus-per-engine", "1", "--sglang-server-concurrency", "8",
+        "--save", str(work), "--load", str(work),
+        "--save-debug-rollout-data", str(work / "debug_{rollout_id}.pt"),
+        "--use-fault-tolerance",
+        "--rollout-sample-hook-path", "tests.unit.ray.test_rollout_manager.kill_engine_hook",
+    ))
+
+
+@pytest.fixture(scope="module")
+def manager(ray_cluster, args):
+    placement = create_placement(2, use_gpu=False)
+    mgr = RolloutManager.remote(args, placement)
+    yield mgr
+    ray.get(mgr.shutdown.remote())
+    ray.kill(mgr)
+
+
+def check_rollout(data: dict, first_group: int | None = None) -> None:
+    """Train data of one 32 x 8 rollout: right lengths, whole groups in order starting at
+    `first_group` (None: wherever the data source stood)."""
+    n = N_PROMPTS * N_SAMPLES
+    for key in ("tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices",
+                "loss_masks", "rollout_log_probs"):
+        assert len(data[key]) == n, key
+    if first_group is None:
+        assert data["sample_indices"][0] % N_SAMPLES == 0
+        first_group = data["sample_indices"][0] // N_SAMPLES
+    assert data["sample_indices"] == list(range(first_group * N_SAMPLES, first_group * N_SAMPLES + n))
+    for length, mask, logprobs in zip(data["response_lengths"], data["loss_masks"], data["rollout_log_probs"]):
+        assert 1 <= length <= 2 and len(mask) == length and len(logprobs) == length
+    assert all(r in (0.0, 1.0) for r in data["raw_reward"])
+
+
+def test_engine_kind_registry_and_positions(args):
+    assert set(ENGINE_KINDS) == {"local", "sglang"}
+    assert resolve_engine_kind("auto") == ("sglang" if ENGINE_KINDS["sglang"].available() else "local")
+    with pytest.raises(ValueError, match="--rollout-engine"):
+        resolve_engine_kind("vllm")
+
+
+def test_two_engines_serve_a_grouped_rollout(manager, args):
+    urls = ray.get(manager.engine_urls.remote())
+    assert len(urls) == 2 and len(set(urls)) == 2
+    assert ray.get(manager.health_check.remote()) == [True, True]
+    data, metrics = ray.get(manager.generate.remote(0))
+    check_rollout(data, first_group=0)
+    assert metrics["rollout/num_samples"] == N_PROMPTS * N_SAMPLES
+    saved = torch.load(Path(args.save) / "debug_0.pt", weights_only=False)
+    samples = [Sample.from_dict(d) for d in saved["samples"]]
+    assert [s.index for s in samples] == list(range(N_PROMPTS * N_SAMPLES))
+    for g in range(N_PROMPTS):
+        group = samples[g * N_SAMPLES:(g + 1) * N_SAMPLES]
+        assert {s.group_index for s in group} == {g}
+        for s in group:
+            assert s.tokens[-s.response_length:] and len(s.rollout_log_probs) == s.response_length
+            assert s.reward is not None and s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+
+
+def test_eval_reports_mean_reward(manager):
+    metrics = ray.get(manager.eval.remote(0))
+    assert 0.0 <= metrics["eval/toy"] <= 1.0
+    assert 0.0 <= metrics["eval/toy/truncated_ratio"] <= 1.0
+
+
+def test_data_source_position_saved_and_loaded(manager, args):
+    ray.get(manager.save.remote(0))
+    assert (Path(args.save) / "rollout" / "global_dataset_state_dict_0.pt").is_file()
+    data, _ = ray.get(manager.generate.remote(1))
+    check_rollout(data, first_group=N_PROMPTS)
+    ray.get(manager.load.remote(0))
+    data, _ = ray.get(manager.generate.remote(1))
+    check_rollout(data, first_group=N_PROMPTS)
+
+
+def test_engine_killed_mid_rollout_is_restarted(manager, args):
+    pids = ray.get(manager.engine_pids.remote())
+    old_urls = ray.get(manager.engine_urls.remote())
+    (Path(args.save) / KILL_FILE).write_text(str(pids[0]))
+    data, _ = ray.get(manager.generate.remote(2))
+    assert not (Path(args.save) / KILL_FILE).exists()  # the hook fired during this rollout
+    check_rollout(data)
+    # The background monitor may already have restarted it; this round waits for that one.
+    assert ray.get(manager.check_engines.remote()) in (0, 1)
+    new_pids = ray.get(manager.engine_pids.remote())
+    assert new_pids[0] != pids[0] and new_pids[1] == pids[1]
+    assert ray.get(manager.engine_urls.remote())[1] == old_urls[1]
+    assert ray.get(manager.health_check.remote()) == [True, True]
+
+
+def test_engine_positions_need_whole_engines(args):
+    placement = type("P", (), {"sorted_bundles": [0, 1, 2]})()
+    assert engine_positions(args, placement, rollout_bundles=(0, 1, 2, 3)[:2]) == [0, 1]
+    with pytest.raises(ValueError, match="--rollout-num-gpus-per-engine"):
+        engine_positions(args, placement, rollout_bundles=())

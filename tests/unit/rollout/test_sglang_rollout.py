@@ -1,0 +1,168 @@
+"""The default rollout against a real local engine behind the real sglang-router.
+
+Args come from `parse_args` with the tiny MoE's MODEL_ARGS (read from its model script by bash),
+prompts from the toy task. Checks the group structure of a train rollout, the eval data dict,
+and that with `--use-fault-tolerance` a request whose engine is gone is re-sent until an engine
+answers (bounded), while without it the failure surfaces at once.
+"""
+
+import asyncio
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
+from slime.backends.sglang_utils.router import RouterProcess, add_worker
+from slime.rollout import sglang_rollout
+from slime.rollout.data_source import RolloutDataSourceWithBuffer
+from slime.rollout.sglang_rollout import generate_rollout
+from slime.utils.arguments import parse_args
+from slime.utils.engine_client import EngineClient, EngineHTTPError
+from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from tests.conftest import REPO_ROOT
+
+N_PROMPTS, N_SAMPLES = 8, 4
+
+
+def tiny_moe_model_args() -> list[str]:
+    """MODEL_ARGS of scripts/models/qwen3-tiny-moe.sh, one array item per element."""
+    out = subprocess.run(
+        ["bash", "-c", 'set -euo pipefail; source scripts/models/qwen3-tiny-moe.sh; printf "%s\\n" "${MODEL_ARGS[@]}"'],
+        cwd=REPO_ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    return out.splitlines()
+
+
+def rollout_argv(hf_dir, data_dir, n_prompts: int, n_samples: int, *extra: str) -> list[str]:
+    """A rollout-only command line for the tiny MoE on the toy task (2-token responses)."""
+    return [
+        *tiny_moe_model_args(), "--debug-rollout-only", "--hf-checkpoint", str(hf_dir),
+        "--prompt-data", str(data_dir / "train.jsonl"), "--input-key", "prompt", "--label-key", "label",
+        "--rm-type", "math", "--rollout-batch-size", str(n_prompts), "--n-samples-per-prompt", str(n_samples),
+        "--global-batch-size", str(n_prompts * n_samples), "--num-rollout", "2",
+        "--rollout-max-response-len", "2", "--eval-prompt-data", "toy", str(data_dir / "eval.jsonl"),
+        *extra,
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_router(log_path=None) -> RouterProcess:
+    """A router on free ports (its Prometheus port too: the default one may be taken)."""
+    return RouterProcess("127.0.0.1", free_port(), extra=["--prometheus-port", str(free_port())],
+                         log_path=log_path).start()
+
+
+@pytest.fixture(scope="module")
+def router_with_engine(tiny_moe_hf, tmp_path_factory):
+    """(router url, engine url): one local engine registered with a router we started."""
+    logs = tmp_path_factory.mktemp("rollout_logs")
+    port = free_port()
+    engine = launch_local_engine(tiny_moe_hf, port, extra_args=("--num-threads", "1"), timeout=120,
+                                 log_path=str(logs / "engine.log"))
+    router = start_router(log_path=logs / "router.log")
+    engine_url = f"http://127.0.0.1:{port}"
+    add_worker(router.url, engine_url)
+    yield router, engine_url
+    router.stop()
+    stop_local_engine(engine)
+
+
+@pytest.fixture
+def args(tiny_moe_hf, toy_data, router_with_engine):
+    router, _ = router_with_engine
+    return parse_args(rollout_argv(tiny_moe_hf, toy_data, N_PROMPTS, N_SAMPLES, "--rollout-num-gpus", "1",
+                                   "--sglang-router-ip", router.host, "--sglang-router-port", str(router.port)))
+
+
+def test_train_rollout_keeps_groups_and_order(args):
+    source = RolloutDataSourceWithBuffer(args)
+    out = generate_rollout(args, 0, source)
+    assert isinstance(out, RolloutFnTrainOutput) and len(out.samples) == N_PROMPTS
+    for g, group in enumerate(out.samples):
+        assert len(group) == N_SAMPLES
+        assert [s.group_index for s in group] == [g] * N_SAMPLES
+        assert [s.index for s in group] == list(range(g * N_SAMPLES, (g + 1) * N_SAMPLES))
+        for s in group:
+            assert 1 <= s.response_length <= 2 and len(s.rollout_log_probs) == s.response_length
+            assert all(lp <= 0.0 for lp in s.rollout_log_probs)
+            assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+            assert s.reward in (0, 1)
+    assert out.metrics["rollout/aborted_groups"] == 0.0
+    assert source.sample_group_index == N_PROMPTS  # nothing drawn beyond the batch
+
+
+def test_eval_rollout_scores_every_eval_prompt(args, toy_data):
+    out = generate_rollout(args, 0, None, evaluation=True)
+    assert isinstance(out, RolloutFnEvalOutput) and set(out.data) == {"toy"}
+    n_eval = sum(1 for line in (toy_data / "eval.jsonl").read_text().splitlines() if line.strip())
+    toy = out.data["toy"]
+    assert len(toy["rewards"]) == len(toy["truncated"]) == len(toy["samples"]) == n_eval
+    assert all(r in (0.0, 1.0) for r in toy["rewards"])
+
+
+def _one_request(args):
+    ctx = sglang_rollout.RolloutContext.create(args, 0)
+    sample = Sample(prompt="12 mod 2", index=0, group_index=0)
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 1}
+
+    async def run():
+        async with ctx.client:
+            return await sglang_rollout.generate(args, sample, params, ctx=ctx)
+
+    return asyncio.run(run())
+
+
+def test_fault_tolerance_retries_until_an_engine_answers(args, router_with_engine):
+    """A router with no engine answers 5xx: without fault tolerance that surfaces at once; with
+    `--use-fault-tolerance` the request is re-sent and succeeds once an engine is registered."""
+    _, engine_url = router_with_engine
+    empty = start_router()
+    try:
+        args.sglang_router_ip, args.sglang_router_port = empty.host, empty.port
+        with pytest.raises(EngineHTTPError):
+            _one_request(args)
+        args.use_fault_tolerance = True
+        # Registered while the request is being retried (the retries span about 30 s).
+        registrar = threading.Timer(0.3, add_worker, args=(empty.url, engine_url))
+        registrar.start()
+        sample = _one_request(args)
+        registrar.join()
+        assert sample.response_length == 1 and len(sample.rollout_log_probs) == 1
+    finally:
+        empty.stop()
+
+
+def test_fault_tolerance_gives_up_after_bounded_attempts(args, monkeypatch):
+    args.use_fault_tolerance = True
+    calls = []
+
+    async def failing(self, payload):
+        calls.append(payload)
+        raise EngineHTTPError(f"{self.base_url}/generate", 503, "engine gone")
+
+    monkeypatch.setattr(EngineClient, "generate", failing)
+    monkeypatch.setattr(sglang_rollout, "FT_RETRY_BACKOFF_S", 0.0)
+    with pytest.raises(EngineHTTPError, match="503"):
+        _one_request(args)
+    assert len(calls) == sglang_rollout.FT_MAX_ATTEMPTS
+
+
+def test_client_errors_are_not_retried(args, monkeypatch):
+    args.use_fault_tolerance = True
+    calls = []
+
+    async def bad_request(self, payload):
+        calls.append(payload)
+        raise EngineHTTPError(f"{self.base_url}/generate", 400, "bad request")
+
+    monkeypatch.setattr(EngineClient, "generate", bad_request)
+    with pytest.raises(EngineHTTPError, match="400"):
+        _one_request(args)
+    assert len(calls) == 1
