@@ -27,7 +27,7 @@ from slime.backends.megatron_utils.update_weight import (
     UpdateWeightFromTensor,
 )
 from slime.backends.megatron_utils.weight_export import bucket_by_bytes
-from slime.utils.engine_client import SyncEngineClient
+from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
 
 pytestmark = pytest.mark.distributed
@@ -102,6 +102,19 @@ def test_distributed_broadcast_reaches_two_engines(engines, tiny_moe_hf, tmp_pat
     assert [o[0] for o in first[0]] != [o[0] for o in before]
     assert sender.update_weights() == "2"  # default versions count updates
     assert SyncEngineClient(engines[1]).get_weight_version() == "2"
+    sender.disconnect()
+
+
+def test_distributed_rejected_bucket_raises_instead_of_hanging(engines):
+    url = engines[0]
+    version = SyncEngineClient(url).get_weight_version()
+    bogus = [("model.layers.0.no_such_weight", torch.zeros(3))]
+    sender = UpdateWeightFromDistributed([url], lambda: [bogus])
+    sender.connect()
+    with pytest.raises(EngineHTTPError, match="no_such_weight"):
+        sender.update_weights("bogus")
+    assert SyncEngineClient(url).get_weight_version() == version
+    SyncEngineClient(url).continue_generation()  # a failed sync leaves the engines paused on purpose
     sender.disconnect()
 
 

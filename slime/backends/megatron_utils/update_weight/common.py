@@ -97,7 +97,10 @@ class WeightSender:
         raise NotImplementedError
 
     def update_weights(self, weight_version: str | int | None = None) -> str:
-        """Sync the trainer's weights into every engine; collective. Returns the version set."""
+        """Sync the trainer's weights into every engine; collective. Returns the version set.
+
+        A failure (e.g. an engine rejecting a bucket: `EngineHTTPError`) propagates and leaves the
+        engines paused, so nothing generates with a partial update."""
         self.updates += 1
         version = str(self.updates if weight_version is None else weight_version)
         if self.role.is_leader:
