@@ -39,6 +39,56 @@ logger = logging.getLogger(__name__)
 DEFAULT_HEALTH_CHECK_INTERVAL_S = 2.0
 
 
+def save_debug_samples(path_template: str, rollout_id: int, samples: list[Sample]) -> str:
+    """`--save-debug-rollout-data`: torch.save {"rollout_id", "samples": [to_dict()]} to the
+    template formatted with `rollout_id`; returns the path."""
+    path = path_template.format(rollout_id=rollout_id)
+    torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, path)
+    logger.info("rollout %d: %d samples saved to %s", rollout_id, len(samples), path)
+    return path
+
+
+def load_debug_samples(path_template: str, rollout_id: int) -> list[Sample]:
+    """`--load-debug-rollout-data`: the samples `save_debug_samples` wrote for `rollout_id`."""
+    path = path_template.format(rollout_id=rollout_id)
+    data = torch.load(path, weights_only=False)
+    logger.info("rollout %d: replaying %d samples from %s", rollout_id, len(data["samples"]), path)
+    return [Sample.from_dict(d) for d in data["samples"]]
+
+
+def build_train_data(args, rollout_id: int, samples: list[Sample]) -> dict:
+    """Samples -> train-data dict: `--custom-convert-samples-to-train-data-path`, or the default
+    conversion with `--custom-reward-post-process-path`; then `--rollout-data-postprocess-path`."""
+    if args.custom_convert_samples_to_train_data_path:
+        fn = load_function(args.custom_convert_samples_to_train_data_path)
+        data = call_convert_samples_to_train_data(fn, args, samples)
+    else:
+        rewards_fn = post_process_rewards
+        if args.custom_reward_post_process_path:
+            post = load_function(args.custom_reward_post_process_path)
+
+            def rewards_fn(a, s):
+                raw, rewards = call_reward_post_process(post, a, s)
+                return [float(r) for r in raw], [float(r) for r in rewards]
+
+        data = samples_to_train_data(args, samples, rewards_fn=rewards_fn)
+    if args.rollout_data_postprocess_path:
+        call_rollout_data_postprocess(load_function(args.rollout_data_postprocess_path), args, rollout_id, data)
+    return data
+
+
+def eval_metrics(out) -> dict[str, float]:
+    """`eval/<name>` (mean reward) and `eval/<name>/truncated_ratio` per dataset of a
+    RolloutFnEvalOutput, plus the metrics it returned."""
+    metrics = {}
+    for name, data in out.data.items():
+        metrics[f"eval/{name}"] = statistics.fmean(float(r) for r in data["rewards"])
+        if data.get("truncated"):
+            metrics[f"eval/{name}/truncated_ratio"] = statistics.fmean(float(t) for t in data["truncated"])
+    metrics.update(out.metrics or {})
+    return metrics
+
+
 class _EngineMonitor:
     """Background thread calling `check()` every `interval` seconds until `stop()`."""
 
@@ -83,7 +133,6 @@ class RolloutManager:
         self._lock = threading.Lock()  # guards self.urls
         self._check_lock = threading.Lock()  # one health round at a time (monitor vs. generate)
         self._offloaded = False
-        self.restarts = 0
         self.monitor = None
         if args.use_fault_tolerance:
             interval = getattr(args, "rollout_health_check_interval", None) or DEFAULT_HEALTH_CHECK_INTERVAL_S
@@ -158,7 +207,6 @@ class RolloutManager:
         add_worker(self.router_url, new)
         with self._lock:
             self.urls[rank] = new
-        self.restarts += 1
         logger.warning("engine %d back at %s", rank, new)
 
     def generate(self, rollout_id: int) -> tuple[dict, dict]:
@@ -175,7 +223,7 @@ class RolloutManager:
             self.check_engines()
         extra_metrics = {}
         if args.load_debug_rollout_data:
-            samples = self._load_debug_samples(rollout_id)
+            samples = load_debug_samples(args.load_debug_rollout_data, rollout_id)
         else:
             fn = load_function(args.rollout_function_path)
             out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=False)
@@ -183,38 +231,9 @@ class RolloutManager:
             extra_metrics = dict(out.metrics or {})
         seconds = time.monotonic() - start
         if args.save_debug_rollout_data:
-            self._save_debug_samples(rollout_id, samples)
-        train_data = self._to_train_data(samples)
-        if args.rollout_data_postprocess_path:
-            call_rollout_data_postprocess(load_function(args.rollout_data_postprocess_path), args, rollout_id,
-                                          train_data)
+            save_debug_samples(args.save_debug_rollout_data, rollout_id, samples)
+        train_data = build_train_data(args, rollout_id, samples)
         return train_data, {**rollout_metrics(args, samples, seconds), **extra_metrics}
-
-    def _to_train_data(self, samples: list[Sample]) -> dict:
-        args = self.args
-        if args.custom_convert_samples_to_train_data_path:
-            fn = load_function(args.custom_convert_samples_to_train_data_path)
-            return call_convert_samples_to_train_data(fn, args, samples)
-        rewards_fn = post_process_rewards
-        if args.custom_reward_post_process_path:
-            post = load_function(args.custom_reward_post_process_path)
-
-            def rewards_fn(a, s):
-                raw, rewards = call_reward_post_process(post, a, s)
-                return [float(r) for r in raw], [float(r) for r in rewards]
-
-        return samples_to_train_data(args, samples, rewards_fn=rewards_fn)
-
-    def _save_debug_samples(self, rollout_id: int, samples: list[Sample]) -> None:
-        path = self.args.save_debug_rollout_data.format(rollout_id=rollout_id)
-        torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, path)
-        logger.info("rollout %d: %d samples saved to %s", rollout_id, len(samples), path)
-
-    def _load_debug_samples(self, rollout_id: int) -> list[Sample]:
-        path = self.args.load_debug_rollout_data.format(rollout_id=rollout_id)
-        data = torch.load(path, weights_only=False)
-        logger.info("rollout %d: replaying %d samples from %s", rollout_id, len(data["samples"]), path)
-        return [Sample.from_dict(d) for d in data["samples"]]
 
     def eval(self, rollout_id: int) -> dict[str, float]:
         """Run `--eval-function-path` (default: the rollout function with evaluation=True);
@@ -223,14 +242,7 @@ class RolloutManager:
         if args.use_fault_tolerance:
             self.check_engines()
         fn = load_function(args.eval_function_path or args.rollout_function_path)
-        out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True)
-        metrics = {}
-        for name, data in out.data.items():
-            metrics[f"eval/{name}"] = statistics.fmean(float(r) for r in data["rewards"])
-            if data.get("truncated"):
-                metrics[f"eval/{name}/truncated_ratio"] = statistics.fmean(float(t) for t in data["truncated"])
-        metrics.update(out.metrics or {})
-        return metrics
+        return eval_metrics(call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True))
 
     def offload(self) -> None:
         """Release memory on every engine (`--offload-rollout`, before training)."""
@@ -251,16 +263,21 @@ class RolloutManager:
         self.data_source.load(rollout_id)
 
     def shutdown(self) -> None:
-        """Stop the health thread, the engines and the router this manager started."""
+        """Stop the health thread, the engines and the router this manager started (an existing
+        router named by --sglang-router-ip/port keeps running, without our engines)."""
         if self.monitor is not None:
             self.monitor.stop()
             self.monitor = None
+        if self.router is None:
+            for url in self.engine_urls():
+                remove_worker(self.router_url, url)
         for engine in self.engines:
             try:
                 ray.get(engine.stop.remote())
             except ray.exceptions.RayActorError:  # already gone: nothing left to stop
                 logger.warning("an engine actor was already dead at shutdown")
             ray.kill(engine)
+        self.engines, self.urls = [], []
         if self.router is not None:
             self.router.stop()
             self.router = None

@@ -5,21 +5,31 @@ order, eval reports `eval/toy`, the data-source position survives save / load, a
 SIGKILLed in the middle of a rollout is restarted while the rollout still returns every sample.
 """
 
+import argparse
 import os
 import signal
 from pathlib import Path
 
 import pytest
 import ray
+import requests
 import torch
 
 from slime.ray.engines import ENGINE_KINDS, engine_positions, resolve_engine_kind
 from slime.ray.placement import create_placement
-from slime.ray.rollout_manager import RolloutManager
+from slime.backends.sglang_utils.router import list_workers
+from slime.ray.rollout_manager import (
+    RolloutManager,
+    build_train_data,
+    eval_metrics,
+    load_debug_samples,
+    save_debug_samples,
+)
 from slime.utils.arguments import parse_args
 from slime.utils.types import Sample
 from tests.conftest import REPO_ROOT
-from tests.unit.rollout.test_sglang_rollout import rollout_argv
+from slime.utils.types import RolloutFnEvalOutput
+from tests.unit.rollout.test_sglang_rollout import rollout_argv, start_router
 
 N_PROMPTS, N_SAMPLES = 32, 8
 KILL_FILE = "kill_engine_pid"
@@ -81,7 +91,7 @@ def check_rollout(data: dict, first_group: int | None = None) -> None:
     assert all(r in (0.0, 1.0) for r in data["raw_reward"])
 
 
-def test_engine_kind_registry_and_positions(args):
+def test_engine_kind_registry(args):
     assert set(ENGINE_KINDS) == {"local", "sglang"}
     assert resolve_engine_kind("auto") == ("sglang" if ENGINE_KINDS["sglang"].available() else "local")
     with pytest.raises(ValueError, match="--rollout-engine"):
@@ -138,7 +148,87 @@ def test_engine_killed_mid_rollout_is_restarted(manager, args):
 
 
 def test_engine_positions_need_whole_engines(args):
-    placement = type("P", (), {"sorted_bundles": [0, 1, 2]})()
-    assert engine_positions(args, placement, rollout_bundles=(0, 1, 2, 3)[:2]) == [0, 1]
-    with pytest.raises(ValueError, match="--rollout-num-gpus-per-engine"):
-        engine_positions(args, placement, rollout_bundles=())
+    own = argparse.Namespace(**vars(args))
+    own.rollout_num_gpus_per_engine = 2
+    fake = argparse.Namespace(sorted_bundles=[0, 1, 2, 3])
+    assert engine_positions(own, fake, rollout_bundles=(0, 1, 2, 3)) == [0, 2]
+    with pytest.raises(ValueError, match="--rollout-num-gpus-per-engine 2"):
+        engine_positions(own, fake, rollout_bundles=(0, 1, 2))
+    with pytest.raises(ValueError, match="placement has 4 bundles"):
+        engine_positions(own, fake, rollout_bundles=(4, 5))
+
+
+def test_offload_releases_and_onload_resumes_every_engine(manager):
+    def released():
+        urls = ray.get(manager.engine_urls.remote())
+        return [requests.get(f"{u}/get_server_info", timeout=10).json()["released"] for u in urls]
+
+    ray.get(manager.offload.remote())
+    assert released() == [True, True]
+    assert ray.get(manager.check_engines.remote()) == 0  # offloaded engines are not "restarted"
+    ray.get(manager.onload.remote())
+    assert released() == [False, False]
+
+
+def test_existing_router_gets_the_engines_and_keeps_running(ray_cluster, args):
+    router = start_router()
+    try:
+        own = argparse.Namespace(**vars(args))
+        own.rollout_num_gpus, own.use_fault_tolerance, own.rollout_sample_hook_path = 1, False, None
+        own.sglang_router_ip, own.sglang_router_port = router.host, router.port
+        mgr = RolloutManager.remote(own, create_placement(1, use_gpu=False))
+        urls = ray.get(mgr.engine_urls.remote())
+        assert ray.get(mgr.router_address.remote()) == (router.host, router.port)
+        assert list_workers(router.url) == urls
+        ray.get(mgr.shutdown.remote())
+        ray.kill(mgr)
+        assert list_workers(router.url) == []  # unregistered, and the router still answers
+    finally:
+        router.stop()
+
+
+def _samples(n_groups: int, n: int) -> list[Sample]:
+    return [
+        Sample(group_index=g, index=g * n + j, prompt="1 mod 2", tokens=[5, 6, 7 + j], response_length=1,
+               reward=float(j % 2), rollout_log_probs=[-0.5], status=Sample.Status.COMPLETED, label="1")
+        for g in range(n_groups) for j in range(n)
+    ]
+
+
+def test_debug_rollout_data_round_trip(tmp_path):
+    samples = _samples(2, 2)
+    path = save_debug_samples(str(tmp_path / "r_{rollout_id}.pt"), 3, samples)
+    assert path.endswith("r_3.pt")
+    back = load_debug_samples(str(tmp_path / "r_{rollout_id}.pt"), 3)
+    assert [s.to_dict() for s in back] == [s.to_dict() for s in samples]
+
+
+def halve_rewards(args, samples):
+    """--custom-reward-post-process-path used below."""
+    raw = [s.reward for s in samples]
+    return raw, [r / 2 for r in raw]
+
+
+def tag_rollout(args, rollout_id, data):
+    """--rollout-data-postprocess-path used below."""
+    data["tag"] = rollout_id
+
+
+def test_build_train_data_applies_the_plugins(args):
+    own = argparse.Namespace(**vars(args))
+    own.n_samples_per_prompt = 2
+    own.custom_reward_post_process_path = f"{__name__}.halve_rewards"
+    own.rollout_data_postprocess_path = f"{__name__}.tag_rollout"
+    data = build_train_data(own, 7, _samples(2, 2))
+    assert data["raw_reward"] == [0.0, 1.0, 0.0, 1.0] and data["rewards"] == [0.0, 0.5, 0.0, 0.5]
+    assert data["sample_indices"] == [0, 1, 2, 3] and data["loss_masks"] == [[1]] * 4
+    assert data["tag"] == 7
+    own.custom_reward_post_process_path = own.rollout_data_postprocess_path = None
+    grpo = build_train_data(own, 7, _samples(2, 2))
+    assert grpo["rewards"][0] < 0 < grpo["rewards"][1] and "tag" not in grpo
+
+
+def test_eval_metrics_mean_reward_and_truncation():
+    out = RolloutFnEvalOutput(data={"toy": {"rewards": [1, 0, 1, 1], "truncated": [True, False, False, False]}},
+                              metrics={"eval/extra": 2.0})
+    assert eval_metrics(out) == {"eval/toy": 0.75, "eval/toy/truncated_ratio": 0.25, "eval/extra": 2.0}
