@@ -146,11 +146,8 @@ class RolloutManager:
             return None
         host = ray.util.get_node_ip_address()
         port = free_port(host)
-        extra = router_extra_args(args)
-        if "--prometheus-port" not in extra:  # its default (29000) clashes with any other router on the node
-            extra += ["--prometheus-port", str(free_port(host))]
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
-                               extra=extra).start()
+                               extra=router_extra_args(args)).start()
         args.sglang_router_ip, args.sglang_router_port = host, port
         self.router_url = router.url
         return router

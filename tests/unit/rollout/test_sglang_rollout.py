@@ -54,9 +54,8 @@ def free_port() -> int:
 
 
 def start_router(log_path=None) -> RouterProcess:
-    """A router on free ports (its Prometheus port too: the default one may be taken)."""
-    return RouterProcess("127.0.0.1", free_port(), extra=["--prometheus-port", str(free_port())],
-                         log_path=log_path).start()
+    """A router we own on a free port of 127.0.0.1."""
+    return RouterProcess("127.0.0.1", free_port(), log_path=log_path).start()
 
 
 @pytest.fixture(scope="module")
