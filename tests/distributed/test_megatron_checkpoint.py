@@ -137,12 +137,13 @@ def _ep_load_worker(rank, world, port, hf, ckpt, extra, out):
     """Start from the checkpoint's weights (--ref-load without --load, or --load --no-load-optim)."""
     args, trainer = build_trainer(hf, world, extra, rank, port)
     start = trainer.load_initial_state()
-    _finish(rank, out, {"start": start, "log_probs": _log_probs(trainer)})
+    ref = _log_probs(trainer, trainer.ref_model) if trainer.ref_model is not None else None
+    _finish(rank, out, {"start": start, "log_probs": _log_probs(trainer), "ref": ref})
 
 
-def _log_probs(trainer) -> dict:
+def _log_probs(trainer, model=None) -> dict:
     data = fixed_rollout_data()
-    got = trainer.compute_log_prob(data, list(range(len(data["tokens"]))))["log_probs"]
+    got = trainer.compute_log_prob(data, list(range(len(data["tokens"]))), model=model)["log_probs"]
     return {str(i): t.tolist() for i, t in got.items()}
 
 
@@ -151,9 +152,58 @@ def test_ep2_save_loads_with_ep1(tiny_moe_hf, tmp_path):
     load takes the weights: --ref-load (weights only) or --load --no-load-optim."""
     ckpt = tmp_path / "save"
     want = _run(_ep_save_worker, 2, tmp_path, tiny_moe_hf, ckpt, ["--expert-model-parallel-size", "2"], "ep2")
-    for flags, start in ((["--ref-load", str(ckpt)], 0), (["--load", str(ckpt), "--no-load-optim"], 1)):
+    runs = ((["--ref-load", str(ckpt), "--use-kl-loss"], 0, True), (["--load", str(ckpt), "--no-load-optim"], 1, False))
+    for flags, start, with_ref in runs:
         got = _run(_ep_load_worker, 1, tmp_path, tiny_moe_hf, ckpt, flags, "ep1")
-        assert got["start"] == start
+        assert got["start"] == start and (got["ref"] is not None) == with_ref
         assert got["log_probs"].keys() == want.keys()
         for i in want:
             assert got["log_probs"][i] == pytest.approx(want[i], abs=1e-5), f"{flags}: sample {i}"
+            if with_ref:  # the reference model takes --ref-load's weights too
+                assert got["ref"][i] == pytest.approx(want[i], abs=1e-5), f"{flags}: reference, sample {i}"
+
+
+def _save_hf_worker(rank, world, port, hf, ckpt, extra, out):
+    """One step, save with --save-hf, the response log-probs of the fixed batch."""
+    args, trainer = build_trainer(hf, world, ["--save", ckpt, "--save-hf", str(Path(ckpt) / "hf_{rollout_id}")],
+                                  rank, port)
+    trainer.train(0, fixed_rollout_data())
+    trainer.save(2)
+    _finish(rank, out, _log_probs(trainer))
+
+
+def test_save_hf_writes_weights_transformers_reads(tiny_moe_hf, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    ckpt = tmp_path / "save"
+    want = _run(_save_hf_worker, 1, tmp_path, tiny_moe_hf, ckpt, [], "savehf")
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "hf_2", dtype=torch.float32).eval()
+    data = fixed_rollout_data()
+    for i, (tokens, response) in enumerate(zip(data["tokens"], data["response_lengths"])):
+        ids = torch.tensor([tokens])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+        got = logp.gather(-1, ids[0, 1:, None])[-response:, 0]
+        assert got.tolist() == pytest.approx(want[str(i)], abs=1e-4), f"sample {i}"
+
+
+def test_plain_args_drops_secrets_and_objects():
+    import argparse
+
+    from slime.backends.megatron_utils.checkpoint import plain_args
+
+    args = argparse.Namespace(lr=0.1, wandb_key="s3cret", hf_token="t", max_tokens_per_gpu=8,
+                              ranks=[1, 2], fn=print, name=None)
+    got = vars(plain_args(args, world_size=2))
+    assert got == {"lr": 0.1, "max_tokens_per_gpu": 8, "ranks": [1, 2], "name": None, "world_size": 2}
+
+
+def test_read_tracker(tmp_path):
+    from slime.backends.megatron_utils.checkpoint import read_tracker
+
+    assert read_tracker(tmp_path) is None
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("12\n")
+    assert read_tracker(tmp_path) == 12
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("release")
+    with pytest.raises(ValueError, match="latest_checkpointed_iteration.txt"):
+        read_tracker(tmp_path)

@@ -7,21 +7,26 @@ model), `read_tracker` and the HF export of `--save-hf`.
 Layout (Megatron-LM's): `{save}/iter_{iteration:07d}/` holds the dist_checkpointing files and
 `{save}/latest_checkpointed_iteration.txt` the iteration, written by rank 0 after every rank
 finished. The state dict keys are Megatron-LM's: `model`, `optimizer`, `opt_param_scheduler`,
-`rng_state` (a ShardedObject per global rank, see `sharded_rng_state`), `iteration`, `checkpoint_version` (3.0), `args`; slime adds
-`rollout_id`. `args` is stored as an `argparse.Namespace` (Megatron-LM readers and the converter
+`rng_state` (a ShardedObject per global rank, see `sharded_rng_state`), `iteration`,
+`checkpoint_version` (3.0), `args`; slime adds `rollout_id` (and the trainer `step_id`). `args` is
+stored as an `argparse.Namespace` (Megatron-LM readers and the converter
 `tools/convert_torch_dist_to_hf.py` read it with getattr) holding plain values only, without
 secrets (flags named `*key`, `*token`, `*secret`, `*password`).
 
 Save strategy. megatron-core's default torch_dist writer (`FileSystemWriterAsync`) creates a
 `multiprocessing.Manager` with the *spawn* start method for its results queue (once per process)
-and then *forks* one writer process per file. The spawn re-imports the caller's `__main__`
-(a script without a `__main__` guard hangs there: DESIGN.md section 2), and forking a process
-that runs many threads (Ray actor workers, gloo's threads) can leave the child holding a lock
-that no thread will release. `thread_count=1` does not avoid either (it only makes one bucket).
-`InProcessTorchDistSaveStrategy` keeps megatron's planning, deduplication, metadata and file
-format (loadable by megatron's default torch_dist load strategy, any layout) but writes this
-rank's single file in the calling process: no Manager, no fork. Saving is therefore synchronous;
-`--async-save` is accepted and logged as synchronous.
+and then *forks* one writer process per file, and the parent waits on a joinable queue that each
+child marks done. It can hang three ways, the first two seen here: (1) the spawn re-imports the
+caller's `__main__` (a script without a `__main__` guard hangs there: DESIGN.md section 2); (2)
+the forked writer calls `_process_memory()`, which raises without `psutil` (not installed here)
+*before* its try block, so the child dies without marking the queue and the parent waits forever
+(seen: a 1-rank `dist_checkpointing.save` with the default strategy never returns); (3) forking a
+process that runs many threads (Ray actor workers, gloo's threads) can leave the child holding a
+lock no thread will release. `thread_count=1` avoids none of them (it only makes one bucket).
+`in_process_save_strategy()` keeps megatron's planning, deduplication, metadata and file format
+(loaded by megatron's default torch_dist load strategy, any layout) but writes this rank's single
+file in the calling process: no Manager, no fork. Saving is therefore synchronous; `--async-save`
+is accepted and the save stays synchronous (logged).
 """
 
 from __future__ import annotations
@@ -127,7 +132,8 @@ def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
     for key, value in vars(args).items():
         if _SECRET.search(key):
             continue
-        if isinstance(value, _PLAIN) or (isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value)):
+        plain_list = isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value)
+        if isinstance(value, _PLAIN) or plain_list:
             out[key] = value
     out.update(extra)
     return argparse.Namespace(**out)
@@ -217,6 +223,8 @@ def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, s
     if dist.get_rank() == 0:
         (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
     dist.barrier()
+    if getattr(args, "async_save", False):
+        logger.info("--async-save: this writer saves synchronously (see slime.backends.megatron_utils.checkpoint)")
     logger.info("saved checkpoint %s (rollout %d, optimizer %s)", ckpt_dir, rollout_id, save_optim)
     return ckpt_dir
 
@@ -299,7 +307,8 @@ def load_model_weights(load_dir, model) -> int:
     or bare GPTModel; any saved layout). Returns the iteration; raises when there is no tracker."""
     iteration = read_tracker(load_dir)
     if iteration is None:
-        raise FileNotFoundError(f"{Path(load_dir) / TRACKER_FILE} not found: is {load_dir} a Megatron torch_dist checkpoint?")
+        raise FileNotFoundError(f"{Path(load_dir) / TRACKER_FILE} not found: "
+                                f"is {load_dir} a Megatron torch_dist checkpoint?")
     load_torch_dist(unwrap(model), iteration_dir(load_dir, iteration))
     return iteration
 
