@@ -40,6 +40,28 @@ def patch_current_device() -> bool:
     return True
 
 
+def _no_sync(*_args, **_kwargs) -> None:
+    """Stand-in for ``torch.cuda.synchronize()``: CPU work is already synchronous."""
+
+
+_no_sync.__dict__[_MARK] = True
+
+
+def patch_cuda_synchronize() -> bool:
+    """``torch.cuda.synchronize()`` -> no-op.
+
+    Why: megatron-core 0.16.1's ``dist_checkpointing`` save path calls it after moving
+    tensors to host (``FileSystemWriterAsync.preload_tensors``, ``async_utils``,
+    ``fully_parallel``); without CUDA it raises "Torch not compiled with CUDA enabled",
+    so ``dist_checkpointing.save`` fails on CPU. Can go when those calls are guarded by
+    ``torch.cuda.is_available()`` upstream.
+    """
+    if getattr(torch.cuda.synchronize, _MARK, False):
+        return False
+    torch.cuda.synchronize = _no_sync
+    return True
+
+
 def _cpu_get_rng_state(device="cuda", clone: bool = False, graph_safe: bool = False):
     """CPU twin of megatron's ``_get_cuda_rng_state``: the CPU generator state."""
     return torch.get_rng_state()
@@ -151,6 +173,7 @@ def patch_cuda_device_mode() -> bool:
 CPU_PATCHES = {
     "cuda_device_mode": patch_cuda_device_mode,
     "current_device": patch_current_device,
+    "cuda_synchronize": patch_cuda_synchronize,
     "rng_tracker": patch_rng_tracker,
     "te_general_gemm": patch_te_general_gemm,
 }

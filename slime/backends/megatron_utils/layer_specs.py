@@ -38,7 +38,20 @@ def _swap_norms(layer_spec):
     for name in ("q_layernorm", "k_layernorm"):
         if getattr(attn, name) is not IdentityOp:
             setattr(attn, name, SequenceParallelRMSNorm)
+    if _is_moe(sub.mlp) and sub.sharded_state_dict_keys_map:
+        # TE MoE layers keep a separate pre_mlp_layernorm (no fused fc1 norm); megatron's
+        # local spec maps it to mlp.linear_fc1.layer_norm_ anyway. Drop that entry so the
+        # checkpoint keys match the TE layout and checkpoints move between impls.
+        sub.sharded_state_dict_keys_map = {
+            k: v for k, v in sub.sharded_state_dict_keys_map.items() if k != "pre_mlp_layernorm."
+        }
     return spec
+
+
+def _is_moe(mlp_spec) -> bool:
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    return getattr(mlp_spec, "module", None) is MoELayer
 
 
 def local_block_spec(config, vp_stage=None, pp_rank=None):

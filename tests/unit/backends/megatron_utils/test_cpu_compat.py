@@ -67,6 +67,7 @@ def _worker(rank, world_size):
 
     before = {
         "current_device": _fails(torch.cuda.current_device),
+        "cuda_synchronize": _fails(torch.cuda.synchronize),
         "rng_tracker": _fails(_rng_fork_draw),
         "te_general_gemm": _fails(_router_gating),
         "cuda_device_mode": _fails(lambda: torch.zeros(1, device="cuda"))
@@ -75,6 +76,7 @@ def _worker(rank, world_size):
     first = apply_cpu_compat()
     after = {
         "current_device": torch.cuda.current_device() == torch.device("cpu"),
+        "cuda_synchronize": torch.cuda.synchronize() is None,
         "rng_tracker": _rng_fork_draw(),
         "te_general_gemm": _router_gating(),
         "cuda_device_mode": _device_mode_checks(),
@@ -87,7 +89,10 @@ def outcome(tmp_path_factory):
     return spawn(_worker, 1, tmp_path_factory.mktemp("cpu_compat"))[0]
 
 
-@pytest.mark.parametrize("name", ["current_device", "rng_tracker", "te_general_gemm", "cuda_device_mode"])
+PATCHES = ["current_device", "cuda_synchronize", "rng_tracker", "te_general_gemm", "cuda_device_mode"]
+
+
+@pytest.mark.parametrize("name", PATCHES)
 def test_patch_is_needed_and_applied_once(outcome, name):
     assert outcome["before"][name], f"{name}: megatron no longer fails without the patch; drop it"
     assert outcome["first"][name] is True
@@ -96,6 +101,10 @@ def test_patch_is_needed_and_applied_once(outcome, name):
 
 def test_current_device_is_cpu(outcome):
     assert outcome["after"]["current_device"]
+
+
+def test_cuda_synchronize_is_a_no_op(outcome):
+    assert outcome["after"]["cuda_synchronize"]
 
 
 def test_rng_tracker_forks_cpu_state_and_restores(outcome):

@@ -1,0 +1,213 @@
+"""HF <-> Megatron ``torch_dist`` checkpoint conversion (the two tools' library half).
+
+Owns the converters' argument parsing (Megatron-LM MODEL_ARGS via the shared
+megatron argument domain), the MODEL_ARGS vs HF ``config.json`` check, writing a
+Megatron-LM style ``torch_dist`` checkpoint (``iter_{:07d}/`` plus
+``latest_checkpointed_iteration.txt``; common state with ``args``,
+``checkpoint_version``, ``iteration`` and the model's sharded state dict under
+``model``) and reading one back on a single rank for HF export.
+"""
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 3.0
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+
+
+def iteration_dir(save_dir, iteration: int) -> Path:
+    """Megatron-LM's per-iteration folder: ``<save>/iter_{iteration:07d}``."""
+    return Path(save_dir) / f"iter_{iteration:07d}"
+
+
+def _megatron_parser(description: str) -> argparse.ArgumentParser:
+    from slime.utils.arguments import megatron as megatron_domain
+
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    megatron_domain.add_arguments(parser)
+    return parser
+
+
+def _validate_megatron(args: argparse.Namespace, world_size: int) -> argparse.Namespace:
+    """Resolve Megatron-LM derived defaults and check the layout against ``world_size``."""
+    from slime.utils.arguments import megatron as megatron_domain
+
+    args.actor_num_nodes, args.actor_num_gpus_per_node = 1, world_size
+    for warning in megatron_domain.validate(args):
+        logger.warning("%s", warning)
+    return args
+
+
+def parse_hf_to_torch_dist_args(argv=None) -> argparse.Namespace:
+    """``${MODEL_ARGS[@]} --hf-checkpoint DIR --save DIR`` (world size from ``WORLD_SIZE``)."""
+    parser = _megatron_parser("Convert a Hugging Face checkpoint to a Megatron torch_dist checkpoint.")
+    parser.add_argument("--hf-checkpoint", required=True, help="Hugging Face model folder to read.")
+    parser.add_argument("--save", required=True, help="Megatron checkpoint folder to write.")
+    args = parser.parse_args(argv)
+    return _validate_megatron(args, int(os.environ.get("WORLD_SIZE", 1)))
+
+
+def parse_torch_dist_to_hf_args(argv=None) -> argparse.Namespace:
+    """``--input-dir DIR/iter_XXXXXXX --output-dir DIR --origin-hf-dir DIR [MODEL_ARGS...]``."""
+    parser = _megatron_parser("Convert a Megatron torch_dist checkpoint to Hugging Face safetensors.")
+    parser.add_argument("--input-dir", required=True, help="Checkpoint iteration folder (iter_XXXXXXX).")
+    parser.add_argument("--output-dir", required=True, help="Hugging Face folder to write.")
+    parser.add_argument("--origin-hf-dir", required=True,
+                        help="Original HF folder: config, tokenizer and generation config are copied.")
+    args = parser.parse_args(argv)
+    if args.num_layers is None:
+        return args  # no MODEL_ARGS: the shape comes from --origin-hf-dir
+    return _validate_megatron(args, 1)
+
+
+def check_model_args(args: argparse.Namespace, hf_config: dict, hf_dir) -> None:
+    """Raise ValueError listing every MODEL_ARGS / HF config mismatch (both values named)."""
+    from slime.utils.arguments.hf_config import check_hf_config
+
+    problems = check_hf_config(args, hf_config)
+    if problems:
+        raise ValueError(
+            f"MODEL_ARGS do not match {Path(hf_dir) / 'config.json'}:\n  " + "\n  ".join(problems)
+        )
+
+
+def _model_sharded_state(model) -> dict:
+    return model.sharded_state_dict()
+
+
+def _require_psutil() -> None:
+    """Fail fast: without psutil dist_checkpointing's forked writers die before signalling
+    completion and ``dist_checkpointing.save`` waits forever (megatron-core 0.16.1)."""
+    import importlib.util
+
+    if importlib.util.find_spec("psutil") is None:
+        raise ImportError("saving a torch_dist checkpoint needs psutil: pip install psutil")
+
+
+def save_torch_dist(model, args: argparse.Namespace, save_dir, iteration: int = 0) -> Path:
+    """Write ``model`` (this rank's chunk) as a Megatron-LM torch_dist checkpoint; all ranks call.
+
+    Layout: ``<save>/iter_{iteration:07d}/`` (dist_checkpointing files, common state with
+    ``args``, ``checkpoint_version``, ``iteration``, ``model``) and ``<save>/TRACKER_FILE``.
+    """
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+
+    _require_psutil()
+    ckpt_dir = iteration_dir(save_dir, iteration)
+    if dist.get_rank() == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    state = {
+        "args": args,
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "iteration": iteration,
+        "model": _model_sharded_state(model),
+    }
+    dist_checkpointing.save(state, str(ckpt_dir))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
+    dist.barrier()
+    logger.info("saved torch_dist checkpoint %s", ckpt_dir)
+    return ckpt_dir
+
+
+def load_torch_dist(model, ckpt_dir) -> dict:
+    """Load a torch_dist checkpoint folder into ``model`` (any saved layout -> this layout).
+
+    Returns the common state (``args``, ``iteration``, ``checkpoint_version``).
+    """
+    from megatron.core import dist_checkpointing
+
+    ckpt_dir = Path(ckpt_dir)
+    if not (ckpt_dir / "metadata.json").is_file():
+        raise FileNotFoundError(
+            f"{ckpt_dir} is not a torch_dist checkpoint folder (no metadata.json); "
+            "--input-dir must be <save>/iter_XXXXXXX"
+        )
+    loaded = dist_checkpointing.load({"model": _model_sharded_state(model)}, str(ckpt_dir))
+    missing, unexpected = model.load_state_dict(loaded["model"], strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise RuntimeError(f"{ckpt_dir}: missing keys {missing}, unexpected keys {unexpected}")
+    return dist_checkpointing.load_common_state_dict(str(ckpt_dir))
+
+
+def convert_hf_to_torch_dist(args: argparse.Namespace) -> Path:
+    """Build this rank's GPTModel, fill it from ``--hf-checkpoint``, save to ``--save``.
+
+    Process group: env:// (torchrun) or a single local rank. Raises on a MODEL_ARGS /
+    config.json mismatch before any distributed work.
+    """
+    from slime.backends.megatron_utils.hf_io import HFCheckpoint
+    from slime.backends.megatron_utils.hf_loader import load_hf_weights, shard_context_for
+    from slime.backends.megatron_utils.model_provider import build_model_for_stage
+    from slime.backends.megatron_utils.parallel import initialize_megatron
+    from slime.backends.megatron_utils.weight_maps import weight_map_for
+
+    hf = HFCheckpoint(args.hf_checkpoint)
+    check_model_args(args, hf.config, args.hf_checkpoint)
+    initialize_megatron(args)
+    model = build_model_for_stage(args)
+    wmap = weight_map_for(
+        hf.config, args.make_vocab_size_divisible_by, args.tensor_model_parallel_size
+    )
+    load_hf_weights(model, hf, wmap, shard_context_for(model, wmap.num_experts))
+    return save_torch_dist(model, args, args.save, iteration=0)
+
+
+def _export_args(args: Optional[argparse.Namespace], hf_config: dict, saved_args) -> argparse.Namespace:
+    """Single-rank model args for export: MODEL_ARGS or the HF config, saved vocab padding."""
+    from megatron.core.extensions import transformer_engine as te_ext
+
+    from slime.backends.megatron_utils.hf_loader import args_from_hf_config
+
+    if args is None or args.num_layers is None:
+        args = args_from_hf_config(hf_config)
+    else:
+        check_model_args(args, hf_config, "--origin-hf-dir")
+    saved_tp = getattr(saved_args, "tensor_model_parallel_size", 1) or 1
+    saved_div = getattr(saved_args, "make_vocab_size_divisible_by", 128) or 128
+    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                 "expert_model_parallel_size", "expert_tensor_parallel_size", "context_parallel_size"):
+        setattr(args, name, 1)
+    args.sequence_parallel = False
+    args.make_vocab_size_divisible_by = saved_div * saved_tp  # same padded vocab as saved
+    if not te_ext.HAVE_TE:
+        args.transformer_impl = "local"  # export only reads weights; local modules suffice
+    args.bf16 = args.fp16 = False
+    return args
+
+
+def convert_torch_dist_to_hf(input_dir, output_dir, origin_hf_dir, args=None) -> Path:
+    """Load ``input_dir`` (iter folder) on one rank and write HF safetensors to ``output_dir``.
+
+    The model shape comes from MODEL_ARGS when given, else from ``origin_hf_dir``'s config;
+    config / tokenizer / generation config files are copied from ``origin_hf_dir``.
+    """
+    from megatron.core import dist_checkpointing
+
+    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
+    from slime.backends.megatron_utils.hf_loader import export_hf_weights
+    from slime.backends.megatron_utils.model_provider import build_model_for_stage
+    from slime.backends.megatron_utils.parallel import initialize_megatron
+    from slime.backends.megatron_utils.weight_maps import weight_map_for
+
+    hf_config = read_hf_config(origin_hf_dir)
+    saved = dist_checkpointing.load_common_state_dict(str(input_dir)).get("args")
+    args = _export_args(args, hf_config, saved)
+    initialize_megatron(args, rank=0, world_size=1)
+    model = build_model_for_stage(args)
+    load_torch_dist(model, input_dir)
+    wmap = weight_map_for(hf_config, args.make_vocab_size_divisible_by, 1)
+    dtype = getattr(torch, str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32"))
+    named = ((name, t.to(dtype)) for name, t in export_hf_weights(model, wmap))
+    return save_hf_checkpoint(named, output_dir, origin_hf_dir)

@@ -1,0 +1,68 @@
+"""Helpers for converter tests: tiny MODEL_ARGS, running the two tools, comparing HF folders."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[4]
+
+TINY_DENSE_ARGS = [
+    "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
+    "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
+    "--kv-channels", "16", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6",
+    "--position-embedding-type", "rope", "--rotary-base", "1000000", "--swiglu",
+    "--disable-bias-linear", "--qk-layernorm", "--untie-embeddings-and-output-weights",
+    "--vocab-size", "128", "--transformer-impl", "local",
+]
+TINY_MOE_ARGS = TINY_DENSE_ARGS + [
+    "--num-experts", "8", "--moe-ffn-hidden-size", "32", "--moe-router-topk", "2",
+    "--moe-layer-freq", "[1, 1]", "--moe-router-dtype", "fp32",
+]
+
+
+def run_tool(args, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:
+    """Run ``tools/<args[0]>`` with python (nproc 1) or torchrun; raises with output on failure."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    script = str(REPO / "tools" / args[0])
+    if nproc == 1:
+        cmd = [sys.executable, script, *args[1:]]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               "--master-port", str(_free_port()), script, *args[1:]]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def round_trip(hf_dir, work: Path, model_args, nproc: int = 1, layout=(), export_args=()) -> Path:
+    """HF -> torch_dist (``nproc`` ranks, ``layout`` flags) -> HF; returns the exported folder."""
+    save, out = work / "torch_dist", work / "hf_out"
+    run_tool(["convert_hf_to_torch_dist.py", *model_args, *layout,
+              "--hf-checkpoint", str(hf_dir), "--save", str(save)], nproc=nproc)
+    run_tool(["convert_torch_dist_to_hf.py", "--input-dir", str(save / "iter_0000000"),
+              "--output-dir", str(out), "--origin-hf-dir", str(hf_dir), *export_args])
+    return out
+
+
+def assert_same_weights(a_dir, b_dir) -> int:
+    """Every tensor of ``a_dir/model.safetensors`` equals (torch.equal) ``b_dir``'s; returns count."""
+    from safetensors.torch import load_file
+
+    a = load_file(str(Path(a_dir) / "model.safetensors"))
+    b = load_file(str(Path(b_dir) / "model.safetensors"))
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+    different = [k for k in a if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k])]
+    assert not different, different
+    return len(a)
