@@ -183,7 +183,9 @@ def engine_positions(args, placement: JobPlacement, rollout_bundles=None) -> lis
 
 def create_engine_actor(args, placement: JobPlacement, position: int, engine_rank: int, kind: str):
     """One `RolloutEngine` actor on sorted bundle `position` (not started)."""
-    options = {"num_cpus": 0.2, "scheduling_strategy": placement.strategy(position)}
+    # The bundle's device is the engine's; the actor itself asks for no CPU so that, colocated, it
+    # fits beside a trainer rank holding the whole CPU of a CPU-only bundle.
+    options = {"num_cpus": 0, "scheduling_strategy": placement.strategy(position)}
     if placement.use_gpu:
         options["num_gpus"] = 0.2
     actor_cls = ray.remote(RolloutEngine)

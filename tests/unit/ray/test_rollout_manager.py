@@ -187,6 +187,30 @@ def test_existing_router_gets_the_engines_and_keeps_running(ray_cluster, args):
         router.stop()
 
 
+@ray.remote(num_cpus=1)
+class _BundleHolder:
+    """Stands in for a colocated trainer rank, which holds the whole CPU of its bundle."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_engine_fits_beside_a_colocated_trainer_rank(ray_cluster, args):
+    placement = create_placement(1, use_gpu=False)
+    holder = _BundleHolder.options(scheduling_strategy=placement.strategy(0)).remote()
+    assert ray.get(holder.ready.remote())
+    own = argparse.Namespace(**vars(args))
+    own.rollout_num_gpus, own.use_fault_tolerance, own.rollout_sample_hook_path = 1, False, None
+    own.sglang_router_ip = own.sglang_router_port = None
+    mgr = RolloutManager.remote(own, placement)
+    try:
+        assert ray.get(mgr.health_check.remote(), timeout=120) == [True]
+    finally:
+        ray.get(mgr.shutdown.remote())
+        ray.kill(mgr)
+        ray.kill(holder)
+
+
 def _samples(n_groups: int, n: int) -> list[Sample]:
     return [
         Sample(group_index=g, index=g * n + j, prompt="1 mod 2", tokens=[5, 6, 7 + j], response_length=1,
