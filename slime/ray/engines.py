@@ -54,41 +54,43 @@ def _launch_sglang(args, *, engine_rank: int, host: str, port: int, num_threads:
     return launch(args, engine_rank=engine_rank, host=host, port=port)
 
 
-def _sglang_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and importlib.util.find_spec("sglang") is not None
+def _sglang_available(use_gpu: bool) -> bool:
+    # Decided from the placement, not torch.cuda: Ray hides the GPUs from actors (like the
+    # RolloutManager) that reserved none.
+    return use_gpu and importlib.util.find_spec("sglang") is not None
 
 
 @dataclass(frozen=True)
 class EngineKind:
-    """How one kind of engine server is started and stopped, and whether this node can run it."""
+    """How one kind of engine server is started and stopped, and whether it can run on bundles
+    with (`available(True)`) or without (`available(False)`) GPUs."""
 
     launch: Callable[..., subprocess.Popen]
     stop: Callable[[subprocess.Popen], int | None]
-    available: Callable[[], bool]
+    available: Callable[[bool], bool]
 
 
 # Both launchers start the server in its own process group, so the same stop ends either.
 ENGINE_KINDS: dict[str, EngineKind] = {
-    "local": EngineKind(launch=_launch_local, stop=stop_local_engine, available=lambda: True),
+    "local": EngineKind(launch=_launch_local, stop=stop_local_engine, available=lambda use_gpu: True),
     "sglang": EngineKind(launch=_launch_sglang, stop=stop_local_engine, available=_sglang_available),
 }
 
 
-def resolve_engine_kind(requested: str | None = "auto") -> str:
-    """"auto" -> "sglang" when CUDA and the sglang package are present, else "local".
+def resolve_engine_kind(requested: str | None, use_gpu: bool) -> str:
+    """"auto" (or None) -> "sglang" when the bundles have GPUs and the sglang package is
+    importable, else "local".
 
-    An explicit kind must be a key of ENGINE_KINDS and available here (raises ValueError naming
+    An explicit kind must be a key of ENGINE_KINDS and available (raises ValueError naming
     `--rollout-engine` otherwise).
     """
     if requested in (None, "auto"):
-        return "sglang" if ENGINE_KINDS["sglang"].available() else "local"
+        return "sglang" if ENGINE_KINDS["sglang"].available(use_gpu) else "local"
     if requested not in ENGINE_KINDS:
         raise ValueError(f"--rollout-engine {requested!r}: choose one of auto, {', '.join(ENGINE_KINDS)}")
-    if not ENGINE_KINDS[requested].available():
+    if not ENGINE_KINDS[requested].available(use_gpu):
         raise ValueError(f"--rollout-engine {requested}: not available on this node "
-                         "(sglang needs CUDA and `pip install sglang`)")
+                         "(sglang needs GPU bundles and `pip install sglang`)")
     return requested
 
 
@@ -195,7 +197,7 @@ def create_engine_actor(args, placement: JobPlacement, position: int, engine_ran
 
 def create_engines(args, placement: JobPlacement, rollout_bundles=None) -> tuple[str, list, list[int]]:
     """Create (not start) one engine actor per engine; returns (kind, actors, positions)."""
-    kind = resolve_engine_kind(getattr(args, "rollout_engine", "auto"))
+    kind = resolve_engine_kind(getattr(args, "rollout_engine", "auto"), placement.use_gpu)
     positions = engine_positions(args, placement, rollout_bundles)
     actors = [create_engine_actor(args, placement, p, rank, kind) for rank, p in enumerate(positions)]
     logger.info("%d %s engine(s) on bundle positions %s", len(actors), kind, positions)

@@ -6,6 +6,7 @@ SIGKILLed in the middle of a rollout is restarted while the rollout still return
 """
 
 import argparse
+import importlib.util
 import os
 import signal
 from pathlib import Path
@@ -93,9 +94,15 @@ def check_rollout(data: dict, first_group: int | None = None) -> None:
 
 def test_engine_kind_registry(args):
     assert set(ENGINE_KINDS) == {"local", "sglang"}
-    assert resolve_engine_kind("auto") == ("sglang" if ENGINE_KINDS["sglang"].available() else "local")
-    with pytest.raises(ValueError, match="--rollout-engine"):
-        resolve_engine_kind("vllm")
+    assert resolve_engine_kind("auto", use_gpu=False) == "local"
+    assert resolve_engine_kind(None, use_gpu=False) == "local"
+    has_sglang = importlib.util.find_spec("sglang") is not None
+    assert resolve_engine_kind("auto", use_gpu=True) == ("sglang" if has_sglang else "local")
+    assert resolve_engine_kind("local", use_gpu=True) == "local"
+    with pytest.raises(ValueError, match="--rollout-engine sglang: not available"):
+        resolve_engine_kind("sglang", use_gpu=False)
+    with pytest.raises(ValueError, match="--rollout-engine 'vllm'"):
+        resolve_engine_kind("vllm", use_gpu=False)
 
 
 def test_two_engines_serve_a_grouped_rollout(manager, args):
