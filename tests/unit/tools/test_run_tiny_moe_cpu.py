@@ -1,0 +1,35 @@
+"""scripts/run-tiny-moe-cpu.sh: builds model and data once, then train.py --dry-run accepts its flags."""
+
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+
+def _venv_current(repo_root) -> bool:
+    """True when .venv's install stamp matches setup.py (the script would otherwise pip install)."""
+    stamp = repo_root / ".venv" / ".slime-installed"
+    want = hashlib.sha256((repo_root / "setup.py").read_bytes()).hexdigest()
+    return stamp.is_file() and stamp.read_text().strip() == want
+
+
+def test_dry_run_builds_once_and_validates(repo_root, tmp_path):
+    if not _venv_current(repo_root):
+        pytest.skip(".venv is missing or older than setup.py; run scripts/test.sh to refresh it")
+    env = {**os.environ, "SLIME_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1"}
+
+    def run():
+        return subprocess.run(["bash", str(repo_root / "scripts/run-tiny-moe-cpu.sh")], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "dry run done" in first.stdout
+    assert "global batch size" in first.stdout  # train.py printed its plan
+    built = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    names = {p.name for p in built}
+    assert {"model.safetensors", "config.json", "train.jsonl", "eval.jsonl"} <= names
+    second = run()
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in built} == built  # nothing rebuilt
