@@ -49,8 +49,9 @@ def _logits(rank, world_size, hf_dir, layout):
 
 @pytest.mark.parametrize("layout", [
     {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+    {"tensor_model_parallel_size": 2, "sequence_parallel": True, "expert_tensor_parallel_size": 2},
     {"expert_model_parallel_size": 2},
-], ids=["tp2-sp", "ep2"])
+], ids=["tp2-sp", "tp2-sp-etp2", "ep2"])
 def test_moe_model_parallel_logits_match_hf(tiny_moe_hf, tmp_path, layout):
     results = spawn(_logits, 2, tmp_path, hf_dir=str(tiny_moe_hf), layout=layout)
     for result in results:

@@ -62,6 +62,11 @@ def local_block_spec(config, vp_stage=None, pp_rank=None):
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
+    if config.num_moe_experts and config.moe_grouped_gemm:
+        raise ValueError(
+            "--moe-grouped-gemm needs --transformer-impl transformer_engine (TEGroupedMLP); "
+            "the local spec runs experts as SequentialMLP: drop --moe-grouped-gemm"
+        )
     block = get_gpt_decoder_block_spec(
         config,
         use_transformer_engine=False,

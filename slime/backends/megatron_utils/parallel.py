@@ -68,13 +68,23 @@ def _free_port() -> int:
 
 
 def check_cpu_parallel_sizes(args: argparse.Namespace) -> None:
-    """Raise when a parallel layout cannot run without CUDA (context parallel needs TE)."""
+    """Raise when a layout cannot run without CUDA.
+
+    Context parallel needs TE attention; the ``alltoall`` / ``flex`` MoE token dispatchers
+    create and use CUDA streams (megatron-core 0.16.1), the ``allgather`` one runs on CPU.
+    """
     if torch.cuda.is_available():
         return
     if (getattr(args, "context_parallel_size", 1) or 1) > 1:
         raise ValueError(
             f"--context-parallel-size {args.context_parallel_size} needs Transformer Engine "
             "attention, which runs on GPU only; use --context-parallel-size 1 on CPU"
+        )
+    dispatcher = getattr(args, "moe_token_dispatcher_type", "allgather") or "allgather"
+    if getattr(args, "num_experts", None) and dispatcher != "allgather":
+        raise ValueError(
+            f"--moe-token-dispatcher-type {dispatcher} uses CUDA streams and runs on GPU only; "
+            "use --moe-token-dispatcher-type allgather on CPU"
         )
 
 

@@ -64,6 +64,14 @@ def test_transformer_engine_impl_without_te_is_a_clear_error():
         block_spec_for("fast", config=None)
 
 
+def test_local_spec_refuses_grouped_gemm():
+    from slime.backends.megatron_utils.layer_specs import block_spec_for
+
+    config = argparse.Namespace(num_moe_experts=8, moe_grouped_gemm=True)
+    with pytest.raises(ValueError, match="--moe-grouped-gemm needs --transformer-impl transformer_engine"):
+        block_spec_for("local", config)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only restriction")
 def test_context_parallel_on_cpu_names_the_flag():
     from slime.backends.megatron_utils.parallel import check_cpu_parallel_sizes
@@ -71,6 +79,9 @@ def test_context_parallel_on_cpu_names_the_flag():
     with pytest.raises(ValueError, match="--context-parallel-size 2 needs Transformer Engine"):
         check_cpu_parallel_sizes(argparse.Namespace(context_parallel_size=2))
     check_cpu_parallel_sizes(argparse.Namespace(context_parallel_size=1))
+    with pytest.raises(ValueError, match="--moe-token-dispatcher-type alltoall uses CUDA streams"):
+        check_cpu_parallel_sizes(argparse.Namespace(num_experts=8, moe_token_dispatcher_type="alltoall"))
+    check_cpu_parallel_sizes(argparse.Namespace(num_experts=8, moe_token_dispatcher_type="allgather"))
 
 
 def test_padded_vocab_size():
