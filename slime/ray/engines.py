@@ -191,13 +191,13 @@ def create_engine_actor(args, placement: JobPlacement, position: int, engine_ran
     if placement.use_gpu:
         options["num_gpus"] = 0.2
     actor_cls = ray.remote(RolloutEngine)
-    log_dir = getattr(args, "rollout_log_dir", None)
+    log_dir = args.rollout_log_dir
     return actor_cls.options(**options).remote(args, engine_rank, kind, args.rollout_num_gpus_per_engine, log_dir)
 
 
 def create_engines(args, placement: JobPlacement, rollout_bundles=None) -> tuple[str, list, list[int]]:
     """Create (not start) one engine actor per engine; returns (kind, actors, positions)."""
-    kind = resolve_engine_kind(getattr(args, "rollout_engine", "auto"), placement.use_gpu)
+    kind = resolve_engine_kind(args.rollout_engine, placement.use_gpu)
     positions = engine_positions(args, placement, rollout_bundles)
     actors = [create_engine_actor(args, placement, p, rank, kind) for rank, p in enumerate(positions)]
     logger.info("%d %s engine(s) on bundle positions %s", len(actors), kind, positions)

@@ -135,7 +135,7 @@ class RolloutManager:
         self._offloaded = False
         self.monitor = None
         if args.use_fault_tolerance:
-            interval = getattr(args, "rollout_health_check_interval", None) or DEFAULT_HEALTH_CHECK_INTERVAL_S
+            interval = args.rollout_health_check_interval
             self.monitor = _EngineMonitor(self.check_engines, interval)
 
     def _start_router(self, args) -> RouterProcess | None:

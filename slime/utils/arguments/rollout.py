@@ -83,6 +83,16 @@ def _add_weight_sync(group) -> None:
                        help="Push weights to the engines every this many rollouts.")
     group.add_argument("--use-fault-tolerance", action="store_true", default=False,
                        help="Health-check engines and restart dead ones instead of failing the run.")
+    group.add_argument("--rollout-health-check-interval", type=float, default=2.0,
+                       help="Seconds between engine health checks with --use-fault-tolerance.")
+
+
+def _add_engines(group) -> None:
+    group.add_argument("--rollout-engine", type=str, choices=("auto", "local", "sglang"), default="auto",
+                       help="Rollout engine: SGLang servers, our local SGLang-compatible engine, or auto "
+                            "(SGLang when the rollout bundles have GPUs and sglang imports, else local).")
+    group.add_argument("--rollout-log-dir", type=str, default=None,
+                       help="Folder for engine and router logs (engine_<rank>.log); default: the actor's stdout.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_plugins(group)
     _add_rewards(group)
     _add_weight_sync(group)
+    _add_engines(group)
 
 
 def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> None:
