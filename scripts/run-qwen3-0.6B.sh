@@ -123,6 +123,8 @@ MISC_ARGS=(
    --attention-softmax-in-fp32
    # need to comment this when using model with MLA
    --attention-backend flash
+   # metrics.jsonl, one line per rollout (see docs/gpu-guide.md, "Reading the metrics")
+   --metrics-dir ${MODEL_DIR}/Qwen3-0.6B_slime/metrics
 )
 
 if [ "${COLOCATE}" = "1" ]; then

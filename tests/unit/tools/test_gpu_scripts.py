@@ -140,3 +140,4 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
     assert "--colocate" not in cmd and cmd[cmd.index("--rollout-num-gpus") + 1] == "4"
     env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json="))[len("--runtime-env-json="):])
     assert env["env_vars"]["PYTHONPATH"] == str(repo_root)
+    assert cmd[cmd.index("--metrics-dir") + 1] == f"{tmp_path}/Qwen3-0.6B_slime/metrics"
