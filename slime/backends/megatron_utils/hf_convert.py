@@ -82,15 +82,6 @@ def _model_sharded_state(model) -> dict:
     return model.sharded_state_dict()
 
 
-def _require_psutil() -> None:
-    """Fail fast: without psutil dist_checkpointing's forked writers die before signalling
-    completion and ``dist_checkpointing.save`` waits forever (megatron-core 0.16.1)."""
-    import importlib.util
-
-    if importlib.util.find_spec("psutil") is None:
-        raise ImportError("saving a torch_dist checkpoint needs psutil: pip install psutil")
-
-
 def save_torch_dist(model, args: argparse.Namespace, save_dir, iteration: int = 0) -> Path:
     """Write ``model`` (this rank's chunk) as a Megatron-LM torch_dist checkpoint; all ranks call.
 
@@ -100,18 +91,22 @@ def save_torch_dist(model, args: argparse.Namespace, save_dir, iteration: int = 
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
-    _require_psutil()
+    # Imported here: checkpoint.py imports this module's layout helpers at its top.
+    from slime.backends.megatron_utils.checkpoint import in_process_save_strategy, plain_args
+
     ckpt_dir = iteration_dir(save_dir, iteration)
     if dist.get_rank() == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     state = {
-        "args": args,
+        "args": plain_args(args),
         "checkpoint_version": CHECKPOINT_VERSION,
         "iteration": iteration,
         "model": _model_sharded_state(model),
     }
-    dist_checkpointing.save(state, str(ckpt_dir))
+    # megatron's default writer forks per file and waits on children that die without psutil
+    # (0.16.1); the in-process strategy writes the same format without Manager or fork.
+    dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
     dist.barrier()
     if dist.get_rank() == 0:
         (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))

@@ -9,18 +9,17 @@ import torch
 
 REPO = Path(__file__).resolve().parents[4]
 
-TINY_DENSE_ARGS = [
-    "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
-    "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
-    "--kv-channels", "16", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6",
-    "--position-embedding-type", "rope", "--rotary-base", "1000000", "--swiglu",
-    "--disable-bias-linear", "--qk-layernorm", "--untie-embeddings-and-output-weights",
-    "--vocab-size", "128", "--transformer-impl", "local",
-]
-TINY_MOE_ARGS = TINY_DENSE_ARGS + [
-    "--num-experts", "8", "--moe-ffn-hidden-size", "32", "--moe-router-topk", "2",
-    "--moe-layer-freq", "[1, 1]", "--moe-router-dtype", "fp32",
-]
+def model_args(script: str) -> list:
+    """``MODEL_ARGS`` of ``scripts/models/<script>`` as the launch scripts pass them."""
+    out = subprocess.run(
+        ["bash", "-c", f'source "{REPO}/scripts/models/{script}"; printf "%s\\n" "${{MODEL_ARGS[@]}}"'],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return out.splitlines()
+
+
+TINY_DENSE_ARGS = model_args("qwen3-tiny.sh")
+TINY_MOE_ARGS = model_args("qwen3-tiny-moe.sh")
 
 
 def run_tool(args, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:
