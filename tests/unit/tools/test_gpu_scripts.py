@@ -5,11 +5,13 @@ The MODEL_ARGS are checked against the public Hugging Face config.json values of
 run scripts' `--dry-run` is run for real (the entry point parses, validates and cross-checks the
 flags against a config.json placed where the script looks for it), and the Ray part of a real
 launch is run with a `ray` on PATH that only records its calls, to check the script stops only
-the Ray it started.
+the Ray it started. The user docs (quick start, GPU guide, architecture) are checked to name only
+real flags and files.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -141,3 +143,32 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
     env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json="))[len("--runtime-env-json="):])
     assert env["env_vars"]["PYTHONPATH"] == str(repo_root)
     assert cmd[cmd.index("--metrics-dir") + 1] == f"{tmp_path}/Qwen3-0.6B_slime/metrics"
+
+
+# Flags of the outside commands the GPU guide shows (ray, torchrun, huggingface-cli, pip).
+EXTERNAL_FLAGS = {"--address", "--disable-usage-stats", "--head", "--local-dir", "--no-build-isolation",
+                  "--node-ip-address", "--nproc-per-node", "--num-gpus", "--repo-type"}
+FLAG_RE = r"(?<![\w-])--[a-z][a-z0-9-]*"
+
+
+def _tool_flags(repo_root, tool: str) -> set[str]:
+    out = subprocess.run([sys.executable, str(repo_root / "tools" / tool), "--help"], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    return set(re.findall(FLAG_RE, out))
+
+
+def test_docs_name_real_flags_and_files(repo_root):
+    """Every --flag in the user docs is one of train.py's, a tool's or an outside command's, and
+    every repository path they name exists."""
+    from slime.utils.arguments import build_parser
+
+    known = set(EXTERNAL_FLAGS)
+    for entry in ("train", "train_async"):
+        known |= {s for action in build_parser(entry)._actions for s in action.option_strings}
+    for tool in ("convert_torch_dist_to_hf.py", "plot_metrics.py"):
+        known |= _tool_flags(repo_root, tool)
+    for doc in ("quick-start.md", "gpu-guide.md", "architecture.md"):
+        text = (repo_root / "docs" / doc).read_text()
+        assert not set(re.findall(FLAG_RE, text)) - known, f"docs/{doc}: unknown flags"
+        paths = set(re.findall(r"\b((?:scripts|tools|slime|docs|tests)/[\w./-]*\w/?)", text))
+        assert paths and not {p for p in paths if not (repo_root / p).exists()}, f"docs/{doc}: missing paths"
