@@ -15,17 +15,13 @@ from slime.utils.plan import build_plan, render_plan
 def train(args) -> None:
     """Metrics row r holds rollout r and, when evaluated, the eval of the same weights that
     generated it (eval after rollout r-1); a final row holds the eval after the last rollout."""
-    from slime.ray.job import ActorSide, RolloutSide, Schedule, place, start_ray
-    from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+    from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
-    start_ray(args)
-    placement = place(args)
-    rollout = RolloutSide(args, placement)
-    actor = ActorSide(args, placement)
-    schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
-    rollout.load(schedule.start_rollout_id)
-    log = MetricsLogger(SinkConfig.from_args(args), total=schedule.num_rollout)
-    try:
+    with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
+        rollout, actor = job.start(RolloutSide), job.start(ActorSide)
+        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+        rollout.load(schedule.start_rollout_id)
+        log = job.metrics_logger(total=schedule.num_rollout)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
         metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
         for rollout_id in schedule.rollouts():
@@ -40,19 +36,28 @@ def train(args) -> None:
             metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
         if metrics:
             log.log(schedule.num_rollout, metrics)
-    finally:
-        log.close()
-        rollout.shutdown()
-        actor.shutdown()
 
 
 def main(argv=None, entry="train", loop=None) -> int:
-    """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train)."""
+    """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train).
+
+    Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 130
+    interrupted (Ctrl-C); other errors propagate with their traceback. In every case the loop's
+    JobScope has stopped the processes the job started."""
     args = parse_args(argv, entry=entry)
     if args.dry_run:
         print(render_plan(build_plan(args)))
         return 0
-    (loop or train)(args)
+    from slime.ray.actor_group import TrainerRankError
+
+    try:
+        (loop or train)(args)
+    except TrainerRankError as e:  # the cause is named; the ranks' tracebacks are in their logs
+        logging.getLogger(entry).error("job failed: %s", e)
+        return 1
+    except KeyboardInterrupt:
+        logging.getLogger(entry).error("job interrupted; every process it started was stopped")
+        return 130
     return 0
 
 

@@ -11,17 +11,13 @@ from train import main as train_main
 
 def train_async(args) -> None:
     """Metrics rows as in train.py; eval runs on the weights just synced."""
-    from slime.ray.job import ActorSide, RolloutSide, Schedule, place, start_ray
-    from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+    from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
-    start_ray(args)
-    placement = place(args)
-    rollout = RolloutSide(args, placement)
-    actor = ActorSide(args, placement)
-    schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
-    rollout.load(schedule.start_rollout_id)
-    log = MetricsLogger(SinkConfig.from_args(args), total=schedule.num_rollout)
-    try:
+    with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
+        rollout, actor = job.start(RolloutSide), job.start(ActorSide)
+        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+        rollout.load(schedule.start_rollout_id)
+        log = job.metrics_logger(total=schedule.num_rollout)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
         metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
         pending, ready = rollout.submit(schedule.start_rollout_id), None
@@ -40,11 +36,6 @@ def train_async(args) -> None:
             metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
         if metrics:
             log.log(schedule.num_rollout, metrics)
-    finally:
-        log.close()
-        rollout.shutdown()
-        actor.shutdown()
-
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

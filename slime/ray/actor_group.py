@@ -3,6 +3,9 @@
 `RayTrainGroup` starts the actors, gives them the torch.distributed rendezvous (rank 0's node IP
 and a free port), and fans every call out to all ranks: megatron needs every rank to take part in
 every collective. Results are those of rank 0 (the trainer makes metrics identical on all ranks).
+
+A call fails fast: the first rank that raises or dies ends the call with a `TrainerRankError`
+naming the rank(s) and the cause, instead of the other ranks waiting in a collective for it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,48 @@ import ray
 from slime.ray.placement import JobPlacement
 
 logger = logging.getLogger(__name__)
+
+# After the first failed rank, how long to wait for the others' results: a rank that died makes
+# its peers fail in their next collective, and the dead one is the cause worth naming first.
+FAILURE_GRACE_S = 3.0
+
+
+class TrainerRankError(RuntimeError):
+    """One or more trainer ranks raised or died during a group call."""
+
+    def __init__(self, method: str, failures: list[tuple[int, BaseException]]):
+        self.method, self.failures = method, failures
+        parts = [f"rank {rank} {'died' if isinstance(e, ray.exceptions.RayActorError) else 'raised'}: "
+                 f"{_cause(e)}" for rank, e in failures]
+        super().__init__(f"trainer {method} failed on {'; '.join(parts)}")
+
+
+def _cause(error: BaseException) -> str:
+    """The user's exception inside a RayTaskError (its last traceback line), else the error."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}".splitlines()[-1][:500]
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:500]
+
+
+def gather_ranks(refs: list, method: str) -> list:
+    """ray.get over one ref per rank, failing fast: raises TrainerRankError naming every rank
+    that failed within FAILURE_GRACE_S of the first failure (dead actors first)."""
+    pending, results, failures = list(refs), {}, []
+    index = {ref: rank for rank, ref in enumerate(refs)}
+    while pending:
+        timeout = FAILURE_GRACE_S if failures else None
+        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+        if not ready:
+            break
+        try:
+            results[index[ready[0]]] = ray.get(ready[0])
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as e:  # a rank failed
+            failures.append((index[ready[0]], e))
+    if failures:
+        failures.sort(key=lambda f: not isinstance(f[1], ray.exceptions.RayActorError))
+        raise TrainerRankError(method, failures)
+    return [results[rank] for rank in range(len(refs))]
 
 
 @ray.remote
@@ -74,13 +119,13 @@ class RayTrainGroup:
     def init(self) -> int:
         """Rendezvous at rank 0's node and build every rank's trainer; returns the start rollout id."""
         master_addr, master_port = ray.get(self.actors[0].node_address.remote())
-        starts = ray.get([a.init.remote(self.args, master_addr, master_port) for a in self.actors])
+        starts = gather_ranks([a.init.remote(self.args, master_addr, master_port) for a in self.actors], "init")
         return starts[0]
 
     def run(self, method: str, *args, **kwargs):
         """`MegatronTrainer.<method>(*args)` on every rank (objects are put once and shared)."""
         refs = [ray.put(a) if not isinstance(a, ray.ObjectRef) else a for a in args]
-        return ray.get([actor.call.remote(method, *refs, **kwargs) for actor in self.actors])[0]
+        return gather_ranks([actor.call.remote(method, *refs, **kwargs) for actor in self.actors], method)[0]
 
     def train(self, rollout_id: int, rollout_data: dict) -> dict:
         return self.run("train", rollout_id, rollout_data)

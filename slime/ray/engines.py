@@ -113,9 +113,13 @@ class RolloutEngine:
         self.process: subprocess.Popen | None = None
         self._url: str | None = None
 
-    def start(self) -> str:
-        """Start the server on a free port of this node; returns its base URL once healthy."""
+    def start(self, avoid_port: int | None = None) -> str:
+        """Start the server on a free port of this node (never `avoid_port`: a restarted engine
+        gets a new URL, so the weight sender sees it changed and rebuilds its group); returns
+        its base URL once healthy."""
         port = free_port(self.host)
+        while port == avoid_port:
+            port = free_port(self.host)
         log_path = None
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
@@ -154,9 +158,10 @@ class RolloutEngine:
             self.process = None
 
     def restart(self) -> str:
-        """Stop whatever is left of the server and start a fresh one; returns the new URL."""
+        """Stop whatever is left of the server and start a fresh one at a new URL; returns it."""
+        old_port = int(self._url.rsplit(":", 1)[1]) if self._url else None
         self.stop()
-        return self.start()
+        return self.start(avoid_port=old_port)
 
     def release_memory(self) -> None:
         """Ask the server to release weights and KV cache (`POST /release_memory_occupation`)."""

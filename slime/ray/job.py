@@ -2,14 +2,23 @@
 side, the actor side and the schedule. Each side owns its debug mode (`--debug-rollout-only`
 leaves the trainer out, `--debug-train-only` the engines) and its perf timer, so the loops stay
 free of branches.
+
+`JobScope` is the job's lifetime: it starts Ray and the placement, tracks every side and sink it
+starts, and on leaving (done, an error, Ctrl-C) stops them all, shuts a job-local Ray down and
+ends any process of the job still alive on this node (found by the job token every process of
+the job inherits in its environment: engines and the router run in their own sessions and would
+otherwise outlive Ray workers that were killed).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
+import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 import ray
 
@@ -18,6 +27,9 @@ from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 
 logger = logging.getLogger(__name__)
 
+JOB_TOKEN_ENV = "SLIME_JOB_TOKEN"
+LEFTOVER_TERM_WAIT_S = 5.0
+
 
 def _use_gpu() -> bool:
     import torch
@@ -25,16 +37,97 @@ def _use_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def start_ray(args) -> None:
+def start_ray(args) -> str | None:
     """Join the cluster at `RAY_ADDRESS` (or `ray start --head` on this node); without one, start a
-    local Ray with a logical CPU per bundle so CPU jobs get one bundle per rank."""
+    local Ray with a logical CPU per bundle so CPU jobs get one bundle per rank.
+
+    Returns the job token (`$SLIME_JOB_TOKEN`, inherited by every worker of the job and the
+    processes they start), or None when Ray was already initialised in this process."""
     if ray.is_initialized():
-        return
+        return None
+    token = os.environ[JOB_TOKEN_ENV] = uuid.uuid4().hex
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
-        return
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
+                 runtime_env={"env_vars": {JOB_TOKEN_ENV: token}})
+        return token
     plan = PlacementPlan.from_args(args)
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
+    return token
+
+
+def job_processes(token: str) -> list[int]:
+    """Pids on this node (other than this one) whose environment carries `token` (Linux /proc;
+    empty elsewhere)."""
+    needle = f"{JOB_TOKEN_ENV}={token}".encode()
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if int(entry.name) != os.getpid() and needle in environ.split(b"\0"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_job_processes(token: str) -> list[int]:
+    """SIGTERM every process of the job still alive on this node, SIGKILL those left after
+    LEFTOVER_TERM_WAIT_S; returns the pids found."""
+    pids = job_processes(token)
+    if not pids:
+        return []
+    logger.warning("stopping %d leftover process(es) of this job: %s", len(pids), pids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # ended on its own
+                pass
+        deadline = time.monotonic() + LEFTOVER_TERM_WAIT_S
+        while time.monotonic() < deadline and set(pids) & set(job_processes(token)):
+            time.sleep(0.2)
+    return pids
+
+
+class JobScope:
+    """`with JobScope(args) as job:` -- Ray, placement, and everything the job starts.
+
+    `job.start(RolloutSide)` / `job.start(ActorSide)` build a side on the placement and
+    `job.metrics_logger(total)` the sinks; all are stopped on exit, each even when another
+    fails to stop, in reverse order of start."""
+
+    def __init__(self, args):
+        self.args = args
+        self._stoppers: list = []
+        self.token = start_ray(args)
+        self.placement = place(args)
+
+    def start(self, side_cls):
+        side = side_cls(self.args, self.placement)
+        self._stoppers.append(side.shutdown)
+        return side
+
+    def metrics_logger(self, total: int):
+        from slime.utils.logging_sinks import MetricsLogger, SinkConfig
+
+        log = MetricsLogger(SinkConfig.from_args(self.args), total=total)
+        self._stoppers.append(log.close)
+        return log
+
+    def __enter__(self) -> "JobScope":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            logger.error("job stopping after %s: %s", exc_type.__name__, exc or "")
+        for stop in reversed(self._stoppers):
+            try:
+                stop()
+            except Exception:  # fault tolerance: one part failing to stop must not keep the rest up
+                logger.exception("while stopping the job: %s failed", getattr(stop, "__qualname__", stop))
+        if self.token is not None:
+            ray.shutdown()
+            stop_job_processes(self.token)
 
 
 def place(args) -> tuple[JobPlacement, PlacementPlan]:

@@ -200,7 +200,7 @@ class RolloutManager:
             new = ray.get(self.engines[rank].restart.remote())
         except ray.exceptions.RayActorError:  # the actor itself died: a new one on the same bundle
             self.engines[rank] = create_engine_actor(self.args, self.placement, self.positions[rank], rank, self.kind)
-            new = ray.get(self.engines[rank].start.remote())
+            new = ray.get(self.engines[rank].start.remote(avoid_port=int(old.rsplit(":", 1)[1])))
         add_worker(self.router_url, new)
         with self._lock:
             self.urls[rank] = new

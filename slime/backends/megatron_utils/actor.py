@@ -204,9 +204,11 @@ class MegatronTrainer:
         steps = self.step_indices(rollout_data)
         mine = sorted(i for step in steps for i in step)
         self._fill_log_probs(rollout_data, mine)
+        log_probs_seconds = time.monotonic() - start
         self._fill_advantages(rollout_data, mine)
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
+        metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
         tokens = torch.tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
         dist.all_reduce(tokens, group=_mpu().get_data_parallel_group())
         seconds = time.monotonic() - start

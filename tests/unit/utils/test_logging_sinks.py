@@ -1,7 +1,10 @@
-"""Metric sinks: JSONL content, non-finite values, the secret key, missing optional packages."""
+"""Metric sinks: JSONL content, non-finite values, the secret key (sinks, wandb offline, train.py
+--dry-run output), missing optional packages, tensorboard events."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -52,3 +55,37 @@ def test_console_line_has_reward_eval_kl_entropy_and_time(tmp_path, caplog):
                     "train/entropy_loss": 2.5, "perf/rollout_time": 1.5, "perf/train_time": 2.0})
     line = caplog.records[-1].getMessage()
     assert line == "rollout 3/10 | reward 0.5 | ppo_kl 0.001 | entropy 2.5 | eval/toy 0.25 | step 3.5s"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
+def test_wandb_offline_writes_a_run_without_the_key(tmp_path, monkeypatch, capfd):
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    secret = "wandb-key-never-shown-123"
+    cfg = SinkConfig(metrics_dir=str(tmp_path / "m"), use_wandb=True, wandb_mode="offline", wandb_key=secret,
+                     wandb_project="p", wandb_dir=str(tmp_path))
+    log = MetricsLogger(cfg)
+    log.log(0, {"train/loss": 0.5, "perf/train_time": 1.0, "train/grad_norm": float("nan")})
+    log.close()
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert list(run.glob("run-*.wandb")), "no wandb event file in the offline run"
+    out, err = capfd.readouterr()
+    assert secret not in out + err
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def test_dry_run_output_has_no_wandb_key(tmp_path):
+    from pathlib import Path
+
+    from tests.e2e.runner import REPO_ROOT, grpo_argv, subprocess_env
+
+    secret = "dry-run-SECRET-key-987"
+    missing = tmp_path / "missing"
+    argv = grpo_argv(missing / "hf", missing / "ref", missing / "data", tmp_path, num_rollout=2)
+    proc = subprocess.run([sys.executable, "train.py", *argv, "--dry-run", "--use-wandb", "--wandb-key", secret],
+                          cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "== Placement" in proc.stdout  # the plan was printed ...
+    assert secret not in proc.stdout + proc.stderr  # ... without the key
+    assert not any(secret in p.read_text(errors="replace") for p in Path(tmp_path).rglob("*") if p.is_file())

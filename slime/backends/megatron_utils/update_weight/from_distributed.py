@@ -17,6 +17,7 @@ import socket
 import threading
 from urllib.parse import urlparse
 
+import aiohttp
 import torch
 
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender, run_on_engines
@@ -104,10 +105,20 @@ class UpdateWeightFromDistributed(WeightSender):
                     world - 1, self.master_address, port, self.backend)
 
     def disconnect(self) -> None:
-        """Ask every engine to drop the group, then drop ours."""
+        """Ask every engine to drop the group, then drop ours. An engine that no longer answers
+        (it died and `--use-fault-tolerance` restarted it at another URL, which is why the sender
+        is being rebuilt) holds no group any more: it is logged and skipped."""
         if self.group is None:
             return
-        self.on_engines(lambda c, _i: c.destroy_weights_update_group(self.group_name))
+
+        async def drop(client, _i):
+            try:
+                return await client.destroy_weights_update_group(self.group_name)
+            except aiohttp.ClientConnectionError as exc:  # fault tolerance: a dead engine has nothing to drop
+                logger.warning("engine %s unreachable while dropping %s: %s", client.base_url, self.group_name, exc)
+                return None
+
+        self.on_engines(drop)
         self.group = None
 
     def send_bucket(self, bucket: list, version: str) -> None:
