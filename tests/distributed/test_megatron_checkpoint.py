@@ -49,23 +49,29 @@ def _finish(rank: int, out: str, result: dict) -> None:
 
 
 def _straight_worker(rank, world, port, hf, ckpt, extra, out):
-    """Rollout 0, RNG draws (moving every stream off its seed), save, RNG draws, rollout 1."""
+    """Rollout 0, RNG draws (moving every stream off its seed), save, RNG draws, rollouts 1, 2."""
     args, trainer = build_trainer(hf, world, ["--save", ckpt] + extra, rank, port)
     trainer.train(0, fixed_rollout_data())
     _draws()
     trainer.save(0)
     draws = _draws()
-    _finish(rank, out, {"draws": draws, "next": trainer.train(1, fixed_rollout_data())})
+    _finish(rank, out, {"draws": draws, "next": [trainer.train(i, fixed_rollout_data()) for i in (1, 2)]})
 
 
 def _resume_worker(rank, world, port, hf, ckpt, extra, out):
-    """Resume from the checkpoint: RNG draws, rollout 1."""
+    """Resume from the checkpoint: RNG draws, rollouts 1, 2 (2 shows the loaded optimizer state)."""
     args, trainer = build_trainer(hf, world, ["--load", ckpt] + extra, rank, port)
     start = trainer.load_initial_state()
     draws = _draws()
     result = {"start": start, "step_id": trainer.step_id, "draws": draws,
-              "next": trainer.train(1, fixed_rollout_data())}
+              "next": [trainer.train(i, fixed_rollout_data()) for i in (1, 2)]}
     _finish(rank, out, result)
+
+
+def _assert_same_steps(got: list, want: list) -> None:
+    for k, (g, w) in enumerate(zip(got, want)):
+        for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/ppo_kl", "train/lr"):
+            assert g[key] == pytest.approx(w[key], rel=1e-6, abs=1e-9), f"rollout {k + 1}: {key}"
 
 
 def _run(fn, world, tmp_path, hf, ckpt, extra, tag) -> dict:
@@ -92,8 +98,16 @@ def test_resume_matches_uninterrupted_run(straight, tiny_moe_hf, tmp_path):
     ckpt, want = straight
     got = _run(_resume_worker, 1, tmp_path, tiny_moe_hf, ckpt, [], "resume")
     assert got["start"] == 1 and got["step_id"] == 1
-    for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/ppo_kl", "train/lr"):
-        assert got["next"][key] == pytest.approx(want["next"][key], rel=1e-6, abs=1e-9), key
+    _assert_same_steps(got["next"], want["next"])
+
+
+def test_two_rank_resume_matches_uninterrupted_run(tiny_moe_hf, tmp_path):
+    """EP=2 with the distributed optimizer: save/resume on 2 ranks gives the same next step."""
+    extra = ["--expert-model-parallel-size", "2", "--use-distributed-optimizer"]
+    want = _run(_straight_worker, 2, tmp_path, tiny_moe_hf, tmp_path / "save", extra, "straight2")
+    got = _run(_resume_worker, 2, tmp_path, tiny_moe_hf, tmp_path / "save", extra, "resume2")
+    assert got["start"] == 1 and got["draws"] == want["draws"]
+    _assert_same_steps(got["next"], want["next"])
 
 
 def test_rng_states_round_trip(straight, tiny_moe_hf, tmp_path):

@@ -181,18 +181,60 @@ def _layout() -> tuple[int, int, int]:
             mpu.get_expert_model_parallel_world_size())
 
 
-def _model_sd(state):
-    return unwrap(state.model[0]).sharded_state_dict()
+# Megatron-LM's sharded state dict metadata: optimizer state in model space, reshardable across
+# layouts, no `chained_N.` key prefix (the same keys whether or not experts get their own optimizer).
+CONTENT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable", "chained_optim_avoid_prefix": True,
+                    "singleton_local_shards": False}
 
 
 def _sharded_state(state, *, with_optim: bool, with_rng: bool, loading: bool) -> dict:
-    model_sd = _model_sd(state)
+    model_sd = unwrap(state.model[0]).sharded_state_dict(metadata=dict(CONTENT_METADATA))
     out = {"model": model_sd}
     if with_optim:
-        out["optimizer"] = state.optimizer.sharded_state_dict(model_sd, is_loading=loading)
+        if loading:
+            _materialize_distributed_optimizer_state(state.optimizer)
+        out["optimizer"] = state.optimizer.sharded_state_dict(model_sd, is_loading=loading,
+                                                              metadata=dict(CONTENT_METADATA))
     if with_rng:
         out["rng_state"] = sharded_rng_state()
     return out
+
+
+@torch.no_grad()
+def _materialize_distributed_optimizer_state(optimizer) -> None:
+    """Give a fresh DistributedOptimizer's torch optimizer its state (exp_avg, step) before a load.
+
+    Without Apex/TE, megatron-core's `DistributedOptimizer.state_dict()` reads each parameter's
+    `step` and asserts it exists, and `sharded_state_dict(is_loading=True)` calls it: a
+    never-stepped optimizer fails there. One step with zero gradients creates the state; every
+    value it touches (parameters, moments, step) is then overwritten by the load.
+    """
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if not isinstance(inner, DistributedOptimizer) or len(inner.optimizer.state) > 0:
+            continue
+        params = [p for group in inner.optimizer.param_groups for p in group["params"] if p.numel() > 0]
+        for param in params:
+            param.grad = torch.zeros_like(param)
+        inner.optimizer.step()
+        for param in params:
+            param.grad = None
+
+
+def _unshare_adam_steps(optimizer) -> None:
+    """Give every parameter its own torch-Adam `step` tensor after a load.
+
+    Without Apex/TE, megatron-core 0.16's `DistributedOptimizer.load_state_dict` puts one `step`
+    tensor into every parameter's state; torch's Adam increments it in place per parameter, so
+    the next optimizer step would advance the shared count once per parameter (seen: 1 -> 17)
+    and change the bias correction.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        for param_state in getattr(torch_opt, "state", {}).values():
+            if torch.is_tensor(param_state.get("step")):
+                param_state["step"] = param_state["step"].clone()
 
 
 # ----- save ------------------------------------------------------------------------------------
@@ -215,6 +257,7 @@ def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, s
         "iteration": iteration,
         "rollout_id": rollout_id,
         "checkpoint_version": CHECKPOINT_VERSION,
+        "content_metadata": dict(CONTENT_METADATA),
         "args": plain_args(args, world_size=dist.get_world_size()),
         **(extra or {}),
     })
@@ -285,7 +328,9 @@ def load_checkpoint(load_dir, state, *, load_optim: bool = True, load_rng: bool 
     else:
         unwrap(state.model[0]).load_state_dict(loaded["model"], strict=False)
     if load_optim:
-        state.optimizer.load_state_dict(loaded["optimizer"])
+        with torch.no_grad():  # fp32 distributed-optimizer shards are views of parameters
+            state.optimizer.load_state_dict(loaded["optimizer"])
+        _unshare_adam_steps(state.optimizer)
         state.scheduler.load_state_dict(common["opt_param_scheduler"])
     else:
         state.optimizer.reload_model_params()
