@@ -44,7 +44,14 @@ def _logits(rank, world_size, hf_dir, layout):
         ours = torch.cat(parts, dim=-1)[..., : hf.config["vocab_size"]]
         ref = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
         theirs = ref(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
-    return {"max_abs_diff": (ours - theirs).abs().max().item(), "sp_marked": sp_marked}
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    states = get_cuda_rng_tracker().get_states()
+    return {
+        "max_abs_diff": (ours - theirs).abs().max().item(),
+        "sp_marked": sp_marked,
+        "rng": {name: state.sum().item() for name, state in states.items()},
+    }
 
 
 @pytest.mark.parametrize("layout", [
@@ -57,3 +64,12 @@ def test_moe_model_parallel_logits_match_hf(tiny_moe_hf, tmp_path, layout):
     for result in results:
         assert result["max_abs_diff"] <= 1e-4, result
         assert result["sp_marked"] == bool(layout.get("sequence_parallel")), result
+    # CPU model-parallel seeding: same data-parallel stream, per-TP-rank model-parallel stream.
+    rng = [r["rng"] for r in results]
+    assert set(rng[0]) == {"data-parallel-rng", "model-parallel-rng", "expert-parallel-rng"}
+    assert rng[0]["data-parallel-rng"] == rng[1]["data-parallel-rng"]
+    tp = layout.get("tensor_model_parallel_size", 1) > 1
+    assert (rng[0]["model-parallel-rng"] != rng[1]["model-parallel-rng"]) == tp
+    assert (rng[0]["expert-parallel-rng"] != rng[1]["expert-parallel-rng"]) == (
+        layout.get("expert_model_parallel_size", 1) > 1 or layout.get("expert_tensor_parallel_size", 1) > 1
+    )

@@ -159,8 +159,9 @@ def patch_cuda_device_mode() -> bool:
     the distributed optimizer accepts only ``param.type()`` in
     ``torch.cuda.{Float,Half,BFloat16}Tensor``, and the local attention builds its
     default causal mask with ``device="cuda"`` (``transformer.utils.get_default_causal_mask``).
-    Too many call sites to patch one by one; a torch function mode maps them all. Can go when megatron allocates on the
-    parameters' device (not the case up to 0.16.x).
+    Too many call sites to patch one by one; a torch function mode maps them all. Can go
+    when megatron allocates on the parameters' device (not the case up to 0.16.x). The
+    mode is thread-local: it covers the thread that called ``apply_cpu_compat``.
     """
     from torch.overrides import _get_current_function_mode_stack
 

@@ -21,6 +21,10 @@ from tests.conftest import load_tool
 LAYOUTS = [MegatronLayout(te, grouped) for te, grouped in itertools.product([False, True], repeat=2)]
 
 
+def _layout_id(layout):
+    return f"te{int(layout.te_norms)}-grouped{int(layout.grouped_experts)}"
+
+
 def _config(variant, **overrides):
     config = load_tool("make_tiny_model").model_config(variant)
     config.update(overrides)
@@ -34,7 +38,7 @@ def _random_hf(config):
 
 
 @pytest.mark.parametrize("variant", ["moe", "dense"])
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: f"te{int(l.te_norms)}-grouped{int(l.grouped_experts)}")
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
 def test_hf_megatron_hf_is_identity(variant, layout):
     config = _config(variant, vocab_size=200)  # 200 pads to 256: exercises vocab padding
     hf = _random_hf(config)
