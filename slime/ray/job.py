@@ -165,9 +165,7 @@ class RolloutSide:
 
     def submit(self, rollout_id: int):
         """Start generating rollout `rollout_id`; returns a handle for `collect`."""
-        if self.offloaded:
-            ray.get(self.manager.onload.remote())
-            self.offloaded = False
+        self.onload()
         return time.monotonic(), self.manager.generate.remote(rollout_id)
 
     def collect(self, handle) -> tuple[object, dict]:
@@ -185,6 +183,13 @@ class RolloutSide:
     def offload(self) -> None:
         ray.get(self.manager.offload.remote())
         self.offloaded = True
+
+    def onload(self) -> None:
+        """Give the engines their memory back if `offload` released it (generation and weight
+        updates need it)."""
+        if self.offloaded:
+            ray.get(self.manager.onload.remote())
+            self.offloaded = False
 
     def engine_urls(self) -> list[str]:
         return ray.get(self.manager.engine_urls.remote())
@@ -228,6 +233,7 @@ class ActorSide:
         metrics: dict = {}
         if self.group is None or self.args.debug_train_only:
             return metrics
+        rollout.onload()  # colocated: the engines were offloaded for training
         with _timed(metrics, "perf/update_weights_time"):
             self.group.run("update_weights", rollout.engine_urls(), str(version))
         return metrics
