@@ -249,6 +249,7 @@ def _write_json(path: Path, content: dict) -> None:
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
+    """Parse the command line of this tool."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", required=True, help="folder to write the checkpoint into")
     parser.add_argument("--variant", choices=sorted(_VARIANT_CONFIG), default="moe",

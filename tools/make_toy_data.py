@@ -86,6 +86,7 @@ def make_toy_data(output_dir, seed: int = 0, num_train: int = 4096, num_eval: in
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
+    """Parse the command line of this tool."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", required=True, help="folder to write train.jsonl and eval.jsonl into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/eval split and row order")
