@@ -25,8 +25,22 @@ SENDERS = {
 
 
 def sender_kind(args) -> str:
-    """"tensor" when the engines share the trainer's devices (--colocate), else "distributed"."""
-    return "tensor" if getattr(args, "colocate", False) else "distributed"
+    """"tensor" when the engines share the trainer's devices (--colocate), else "distributed".
+
+    The tensor path hands over safetensors files in /dev/shm, which our local engine reads.
+    SGLang's colocated path expects CUDA-IPC handles in its own serialisation, which is not
+    implemented: colocated SGLang engines are refused here with what to do instead."""
+    if not args.colocate:
+        return "distributed"
+    import torch
+
+    if torch.cuda.is_available() and args.rollout_engine != "local":
+        raise NotImplementedError(
+            "--colocate with SGLang engines needs CUDA-IPC weight sync in SGLang's tensor format, "
+            "which this build does not have yet: drop --colocate (disaggregated engines get weights "
+            "by NCCL broadcast) or use --rollout-engine local"
+        )
+    return "tensor"
 
 
 def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = None,
