@@ -178,7 +178,9 @@ def _export_args(args: Optional[argparse.Namespace], hf_config: dict, saved_args
     args.make_vocab_size_divisible_by = saved_div * saved_tp  # same padded vocab as saved
     if not te_ext.HAVE_TE:
         args.transformer_impl = "local"  # export only reads weights; local modules suffice
-    args.bf16 = args.fp16 = False
+    # Build in the saved dtype so the checkpoint loads without casts; export casts to HF's.
+    args.bf16 = bool(getattr(saved_args, "bf16", False))
+    args.fp16 = bool(getattr(saved_args, "fp16", False))
     return args
 
 

@@ -53,3 +53,15 @@ def test_converter_refuses_mismatched_model_args(tiny_moe_hf, tmp_path):
         convert_hf_to_torch_dist(args)
     assert "--num-layers 3" in str(err.value) and "num_hidden_layers=2" in str(err.value)
     assert not (tmp_path / "x").exists()
+
+
+def test_bf16_checkpoint_exports_in_hf_dtype(tiny_moe_hf, tmp_path):
+    from safetensors.torch import load_file
+
+    out = round_trip(tiny_moe_hf, tmp_path, [*TINY_MOE_ARGS, "--bf16"])
+    origin = load_file(str(tiny_moe_hf / "model.safetensors"))
+    back = load_file(str(out / "model.safetensors"))
+    assert back.keys() == origin.keys()
+    for name, tensor in origin.items():
+        assert back[name].dtype == torch.float32, name  # config.json says float32
+        assert torch.equal(back[name], tensor.to(torch.bfloat16).float()), name
