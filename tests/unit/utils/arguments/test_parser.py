@@ -54,7 +54,15 @@ def test_slime_defaults(base_argv):
     assert set(args.warnings) == {
         "--prompt-data not given: the data source must supply prompts itself",
         f"--hf-checkpoint {base_argv[6]} has no config.json: MODEL_ARGS not cross-checked",
+        "--colocate: weight sync into colocated SGLang engines (CUDA IPC) is not implemented in this "
+        "build; on GPUs drop --colocate or use --rollout-engine local",
     }
+
+
+def test_colocate_with_sglang_engines_is_refused(base_argv):
+    with pytest.raises(ArgumentError, match="--colocate with --rollout-engine sglang"):
+        parse_args(base_argv + ["--rollout-engine", "sglang"])
+    assert not any("--colocate" in w for w in parse_args(base_argv + ["--rollout-engine", "local"]).warnings)
 
 
 def test_entry_is_stored_and_checked(base_argv):
