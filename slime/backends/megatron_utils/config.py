@@ -141,6 +141,11 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
     """
     from megatron.core.transformer import TransformerConfig
 
+    if getattr(args, "moe_permute_fusion", False) and importlib.util.find_spec("transformer_engine") is None:
+        raise ImportError(
+            "--moe-permute-fusion needs Transformer Engine's fused permute kernels (GPU); "
+            "install transformer_engine or drop the flag"
+        )
     kwargs = {}
     for src, dst in _TRANSFORMER_FIELDS.items():
         value = getattr(args, src, None)

@@ -102,3 +102,46 @@ def test_moe_layer_freq_forms():
     assert parse_moe_layer_freq([1, 0], 2) == [1, 0]
     with pytest.raises(ValueError, match="--moe-layer-freq has 2 entries but --num-layers is 3"):
         parse_moe_layer_freq("[1, 1]", 3)
+
+
+PERF_AND_OPTIMIZER_ARGS = [
+    "--tensor-model-parallel-size", "4", "--sequence-parallel", "--pipeline-model-parallel-size", "1",
+    "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
+    "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+    "--optimizer", "adam", "--lr", "1e-6", "--weight-decay", "0.1", "--adam-beta1", "0.9",
+    "--adam-beta2", "0.98", "--use-distributed-optimizer", "--optimizer-cpu-offload",
+    "--overlap-cpu-optimizer-d2h-h2d", "--accumulate-allreduce-grads-in-fp32", "--bf16",
+]
+
+
+def _parse_script_args(script, extra):
+    from slime.utils.arguments import megatron as megatron_domain
+    from tests.unit.backends.megatron_utils.convert_util import model_args
+
+    parser = argparse.ArgumentParser()
+    megatron_domain.add_arguments(parser)
+    args = parser.parse_args([*model_args(script), *extra])
+    args.actor_num_nodes, args.actor_num_gpus_per_node = 1, 8
+    megatron_domain.validate(args)
+    return args
+
+
+def test_configs_from_the_launch_scripts():
+    args = _parse_script_args("qwen3-30B-A3B.sh", PERF_AND_OPTIMIZER_ARGS)
+    if importlib.util.find_spec("transformer_engine") is None:
+        with pytest.raises(ImportError, match="--moe-permute-fusion needs Transformer Engine"):
+            transformer_config_from_args(args)
+        args.moe_permute_fusion = False
+    cfg = transformer_config_from_args(args)
+    assert cfg.num_moe_experts == 128 and cfg.moe_layer_freq == [1] * 48 and cfg.moe_grouped_gemm
+    assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.bf16
+    assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.sequence_parallel
+    opt = optimizer_config_from_args(args)
+    assert opt.use_distributed_optimizer and opt.optimizer_cpu_offload and opt.lr == 1e-6
+    assert ddp_config_from_args(args).grad_reduce_in_fp32
+    tiny = _parse_script_args("qwen3-tiny-moe.sh", [])
+    tiny_cfg = transformer_config_from_args(tiny)
+    assert tiny_cfg.num_moe_experts == 8 and tiny_cfg.params_dtype == torch.float32
+    assert tiny_cfg.moe_layer_freq == [1, 1] and tiny_cfg.num_query_groups == 2
+    dense = transformer_config_from_args(_parse_script_args("qwen3-tiny.sh", []))
+    assert dense.num_moe_experts is None and dense.ffn_hidden_size == 128
