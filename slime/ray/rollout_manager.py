@@ -125,11 +125,13 @@ class RolloutManager:
         self.args = args
         self.placement = placement
         self.data_source = make_data_source(load_function(args.data_source_path), args)
-        self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
-        self.urls: list[str] = ray.get([e.start.remote() for e in self.engines])
-        self.router = self._start_router(args)
-        for url in self.urls:
-            add_worker(self.router_url, url)
+        self.kind, self.engines, self.positions, self.urls, self.router = None, [], [], [], None
+        if not args.debug_train_only:  # --debug-train-only replays recorded rollouts: no engines
+            self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
+            self.urls = ray.get([e.start.remote() for e in self.engines])
+            self.router = self._start_router(args)
+            for url in self.urls:
+                add_worker(self.router_url, url)
         self._lock = threading.Lock()  # guards self.urls
         self._check_lock = threading.Lock()  # one health round at a time (monitor vs. generate)
         self._offloaded = False
@@ -166,6 +168,14 @@ class RolloutManager:
         """Base URL of every engine, in engine-rank order."""
         with self._lock:
             return list(self.urls)
+
+    def healthy_engine_urls(self) -> list[str]:
+        """`engine_urls` for a weight update: with --use-fault-tolerance, every dead engine is
+        restarted first (and a restart the health thread has under way is waited for), so the
+        trainer never syncs to the URL of an engine that is gone."""
+        if self.args.use_fault_tolerance:
+            self.check_engines()
+        return self.engine_urls()
 
     def engine_pids(self) -> list[int]:
         """Process id of every engine server (tests kill one to exercise fault tolerance)."""
@@ -265,7 +275,7 @@ class RolloutManager:
         if self.monitor is not None:
             self.monitor.stop()
             self.monitor = None
-        if self.router is None:
+        if self.router is None and self.engines:
             for url in self.engine_urls():
                 remove_worker(self.router_url, url)
         for engine in self.engines:
