@@ -192,7 +192,8 @@ class RolloutSide:
             self.offloaded = False
 
     def engine_urls(self) -> list[str]:
-        return ray.get(self.manager.engine_urls.remote())
+        """URLs to sync weights to (dead engines restarted first under --use-fault-tolerance)."""
+        return ray.get(self.manager.healthy_engine_urls.remote())
 
     def save(self, rollout_id: int) -> dict:
         ray.get(self.manager.save.remote(rollout_id))

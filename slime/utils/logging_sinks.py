@@ -107,7 +107,7 @@ class WandbSink:
     """Logs to wandb; `--wandb-mode offline` works without network."""
 
     def __init__(self, cfg: SinkConfig):
-        wandb = _require("wandb", "--use-wandb", "wandb")
+        wandb = self.wandb = _require("wandb", "--use-wandb", "wandb")
         if cfg.wandb_key and (cfg.wandb_mode or "online") == "online":
             wandb.login(key=cfg.wandb_key, relogin=True)
         self.run = wandb.init(
@@ -121,7 +121,10 @@ class WandbSink:
         self.run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
 
     def close(self) -> None:
+        """Finish the run and stop wandb's service process now (not at interpreter exit, after
+        the job has stopped every process it started)."""
         self.run.finish()
+        self.wandb.teardown()
 
 
 class TensorboardSink:

@@ -1,0 +1,206 @@
+"""Failure behaviour of the whole job (train.py as a subprocess on the tiny MoE, CPU):
+
+- a trainer rank that dies (`os._exit`) or raises ends the job non-zero with a message naming
+  the rank and the cause, and leaves no process of the job behind;
+- SIGINT (Ctrl-C) stops every process of the job;
+- with --use-fault-tolerance, an engine killed after a rollout is restarted and the run finishes
+  (the trainer re-syncs its weights to the restarted engine), with wandb (offline) and tensorboard
+  sinks on, perf timers in the metrics and the wandb key nowhere in the output.
+
+Processes of a job are found by a marker variable the test puts in train.py's environment: Ray
+workers, engines and the router all inherit it (independent of the job's own token).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.runner import REPO_ROOT, convert_checkpoint, grpo_argv, read_metrics, rollout_rows, run_python, \
+    subprocess_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+MARK_ENV = "SLIME_FAULTS_TEST_MARK"
+HOOKS = "tests.e2e.test_faults"
+SECRET = "wandb-SECRET-not-for-logs-42"
+
+
+# ----- hooks the trainer loads through --custom-megatron-before-train-step-hook-path ----------
+def exit_rank1_at_step1(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """Rank 1's process dies (no cleanup, like a segfault or an OOM kill) before step 1."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1 and step_id >= 1:
+        os._exit(1)
+
+
+def raise_on_rank1_at_step0(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """Rank 1 raises before its first step; rank 0 is left waiting in a collective."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("injected failure on purpose")
+
+
+# ----- helpers ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(hf_dir, ref_dir, data_dir) of the tiny MoE, built once for the module."""
+    root = tmp_path_factory.mktemp("faults_model")
+    run_python(["tools/make_tiny_model.py", "--output-dir", str(root / "hf"), "--variant", "moe", "--seed", "0"],
+               root / "make_model.log", timeout=180)
+    run_python(["tools/make_toy_data.py", "--output-dir", str(root / "data"), "--seed", "0", "--num-train", "512"],
+               root / "make_data.log", timeout=60)
+    return root / "hf", convert_checkpoint(root / "hf", root / "torch_dist"), root / "data"
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Pids whose environment carries `MARK_ENV=mark`."""
+    needle = f"{MARK_ENV}={mark}".encode()
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def engine_pids(model_dir: Path) -> list[int]:
+    """Pids of local engine servers serving `model_dir`."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"slime.backends.local_engine" in cmd and str(model_dir).encode() in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+def describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:150]
+            out.append(f"{pid}: {cmd!r}")
+        except OSError:
+            pass
+    return out
+
+
+def assert_nothing_left(mark: str, grace: float = 15.0) -> None:
+    """No process of the job remains (a few seconds for exits already under way)."""
+    deadline = time.monotonic() + grace
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = marked_pids(mark)
+    for pid in left:  # do not leak into the next test, whatever the verdict
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes of the job still alive after it exited: {describe(left)}"
+
+
+def start_job(argv: list[str], log_path: Path, entry: str = "train.py") -> tuple[subprocess.Popen, str]:
+    mark = uuid.uuid4().hex
+    log = open(log_path, "w")  # noqa: SIM115 - the child writes it for its whole life
+    env = {**subprocess_env(), MARK_ENV: mark, "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.Popen([sys.executable, entry, *argv], cwd=REPO_ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    log.close()
+    return proc, mark
+
+
+def wait_exit(proc: subprocess.Popen, mark: str, timeout: float, log_path: Path) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        for pid in marked_pids(mark):
+            os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"train.py still running after {timeout:.0f}s; log tail:\n{log_path.read_text()[-4000:]}")
+
+
+def wait_for_line(proc: subprocess.Popen, log_path: Path, needle: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in log_path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"train.py exited ({proc.returncode}) before {needle!r}:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.5)
+    proc.kill()
+    pytest.fail(f"no {needle!r} within {timeout:.0f}s:\n{log_path.read_text()[-4000:]}")
+
+
+# ----- tests -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("hook, cause", [
+    ("exit_rank1_at_step1", "rank 1 died"),
+    ("raise_on_rank1_at_step0", "rank 1 raised: ValueError: injected failure on purpose"),
+])
+def test_trainer_rank_failure_ends_job(tiny, tmp_path, hook, cause):
+    hf, ref, data = tiny
+    argv = grpo_argv(hf, ref, data, tmp_path, num_rollout=3,
+                     extra=["--custom-megatron-before-train-step-hook-path", f"{HOOKS}.{hook}"])
+    log_path = tmp_path / "train.log"
+    proc, mark = start_job(argv, log_path)
+    code = wait_exit(proc, mark, timeout=300, log_path=log_path)
+    text = log_path.read_text(errors="replace")
+    assert code == 1, text[-4000:]
+    assert "job failed: trainer train failed on " in text and cause in text, text[-4000:]
+    assert_nothing_left(mark)
+    assert not engine_pids(hf)
+
+
+def test_sigint_stops_every_process(tiny, tmp_path):
+    hf, ref, data = tiny
+    log_path = tmp_path / "train.log"
+    proc, mark = start_job(grpo_argv(hf, ref, data, tmp_path, num_rollout=50), log_path)
+    wait_for_line(proc, log_path, "rollout 0/50", timeout=300)
+    assert engine_pids(hf), "no engine running during the run"
+    proc.send_signal(signal.SIGINT)
+    code = wait_exit(proc, mark, timeout=60, log_path=log_path)
+    assert code == 130, log_path.read_text()[-4000:]
+    assert "job interrupted" in log_path.read_text()
+    assert_nothing_left(mark)
+    assert not engine_pids(hf)
+
+
+def test_engine_killed_with_fault_tolerance_run_finishes(tiny, tmp_path):
+    hf, ref, data = tiny
+    extra = ["--use-fault-tolerance", "--rollout-health-check-interval", "1",
+             "--rollout-log-dir", str(tmp_path / "engine_logs"),
+             "--use-wandb", "--wandb-mode", "offline", "--wandb-key", SECRET, "--wandb-dir", str(tmp_path),
+             "--wandb-project", "faults", "--use-tensorboard", "--tb-project-name", "faults",
+             "--save-interval", "3"]
+    log_path = tmp_path / "train.log"
+    proc, mark = start_job(grpo_argv(hf, ref, data, tmp_path, num_rollout=3, extra=extra), log_path)
+    wait_for_line(proc, log_path, "rollout 0/3", timeout=300)
+    (first,) = engine_pids(hf)
+    os.kill(first, signal.SIGKILL)
+    code = wait_exit(proc, mark, timeout=300, log_path=log_path)
+    text = log_path.read_text(errors="replace")
+    assert code == 0, text[-4000:]
+    assert "engine 0 back at" in text, text[-4000:]
+    # The weight sender built its group once at start and again for the restarted engine.
+    assert text.count("weight update group slime-weights") >= 2, text[-4000:]
+    rows = read_metrics(tmp_path / "metrics" / "metrics.jsonl")
+    assert sorted(rollout_rows(rows)) == [0, 1, 2]
+    for key in ("perf/rollout_time", "perf/log_probs_time", "perf/train_time", "perf/update_weights_time",
+                "perf/save_time"):
+        assert key in rollout_rows(rows)[2], key
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run written"
+    assert list(tmp_path.glob("metrics/tensorboard/faults/run/events.out.tfevents.*"))
+    for path in [log_path, tmp_path / "metrics" / "metrics.jsonl", *tmp_path.glob("engine_logs/*")]:
+        assert SECRET not in path.read_text(errors="replace"), path
+    assert_nothing_left(mark)
