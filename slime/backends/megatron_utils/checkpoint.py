@@ -58,6 +58,14 @@ _PLAIN = (str, int, float, bool, type(None))
 
 
 # ----- the in-process save strategy ------------------------------------------------------------
+def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """CPU tensor whose storage is exactly its data (torch.save of a view writes the whole buffer:
+    DDP parameters are views into one contiguous buffer)."""
+    tensor = tensor.detach().to("cpu")
+    whole = tensor.is_contiguous() and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    return tensor if whole else tensor.clone()
+
+
 def _writer_class():
     from megatron.core.dist_checkpointing.strategies.filesystem_async import (
         FileSystemWriterAsync,
@@ -78,7 +86,7 @@ def _writer_class():
                 name = f"{prefix}{len(self.write_buckets)}{DEFAULT_SUFFIX}"
                 data = [(item, planner.resolve_data(item)) for item in bucket]
                 as_bytes = [(i, d) for i, d in data if i.type == WriteItemType.BYTE_IO]
-                tensors = [(i, d.detach().to("cpu").contiguous()) for i, d in data if i.type != WriteItemType.BYTE_IO]
+                tensors = [(i, _own_storage(d)) for i, d in data if i.type != WriteItemType.BYTE_IO]
                 self.write_buckets.append((str(Path(self.checkpoint_dir) / name), name, (as_bytes, tensors)))
             self.results_queue = queue.Queue()
 
@@ -174,15 +182,8 @@ def sharded_rng_state():
     return ShardedObject("rng_state", get_rng_state(), (dist.get_world_size(),), (dist.get_rank(),), replica_id=0)
 
 
-def _layout() -> tuple[int, int, int]:
-    from megatron.core import parallel_state as mpu
-
-    return (mpu.get_pipeline_model_parallel_world_size(), mpu.get_tensor_model_parallel_world_size(),
-            mpu.get_expert_model_parallel_world_size())
-
-
-# Megatron-LM's sharded state dict metadata: optimizer state in model space, reshardable across
-# layouts, no `chained_N.` key prefix (the same keys whether or not experts get their own optimizer).
+# Megatron-LM's default sharded-state metadata (`content_metadata`): the distributed optimizer's
+# state is saved per data-parallel group (`dp_reshardable`), loadable at the same TP/PP/EP layout.
 CONTENT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable", "chained_optim_avoid_prefix": True,
                     "singleton_local_shards": False}
 
@@ -202,13 +203,10 @@ def _sharded_state(state, *, with_optim: bool, with_rng: bool, loading: bool) ->
 
 @torch.no_grad()
 def _materialize_distributed_optimizer_state(optimizer) -> None:
-    """Give a fresh DistributedOptimizer's torch optimizer its state (exp_avg, step) before a load.
-
-    Without Apex/TE, megatron-core's `DistributedOptimizer.state_dict()` reads each parameter's
-    `step` and asserts it exists, and `sharded_state_dict(is_loading=True)` calls it: a
-    never-stepped optimizer fails there. One step with zero gradients creates the state; every
-    value it touches (parameters, moments, step) is then overwritten by the load.
-    """
+    """Give a fresh DistributedOptimizer's torch optimizer its state before a load: without
+    Apex/TE, megatron-core's `DistributedOptimizer.state_dict()` (called by
+    `sharded_state_dict(is_loading=True)`) asserts every parameter has a `step`. One zero-gradient
+    step creates it; all it touches (parameters, moments, step) is then overwritten by the load."""
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
@@ -223,13 +221,9 @@ def _materialize_distributed_optimizer_state(optimizer) -> None:
 
 
 def _unshare_adam_steps(optimizer) -> None:
-    """Give every parameter its own torch-Adam `step` tensor after a load.
-
-    Without Apex/TE, megatron-core 0.16's `DistributedOptimizer.load_state_dict` puts one `step`
-    tensor into every parameter's state; torch's Adam increments it in place per parameter, so
-    the next optimizer step would advance the shared count once per parameter (seen: 1 -> 17)
-    and change the bias correction.
-    """
+    """Give every parameter its own torch-Adam `step` tensor after a load: without Apex/TE,
+    megatron-core 0.16's `DistributedOptimizer.load_state_dict` shares one `step` tensor across
+    parameters, which torch's Adam increments in place once per parameter (seen: 1 -> 17)."""
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
         torch_opt = getattr(inner, "optimizer", None)
         for param_state in getattr(torch_opt, "state", {}).values():
@@ -266,9 +260,8 @@ def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, s
     if dist.get_rank() == 0:
         (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
     dist.barrier()
-    if getattr(args, "async_save", False):
-        logger.info("--async-save: this writer saves synchronously (see slime.backends.megatron_utils.checkpoint)")
-    logger.info("saved checkpoint %s (rollout %d, optimizer %s)", ckpt_dir, rollout_id, save_optim)
+    logger.info("saved checkpoint %s (rollout %d, optimizer %s%s)", ckpt_dir, rollout_id, save_optim,
+                "; --async-save: saved synchronously" if getattr(args, "async_save", False) else "")
     return ckpt_dir
 
 
@@ -286,17 +279,20 @@ def read_tracker(load_dir) -> int | None:
 
 def _same_layout(saved_args) -> bool:
     """Whether (pp, tp, ep) sizes and the world size equal the saved ones."""
-    shape = _layout()
+    from megatron.core import parallel_state as mpu
+
+    shape = (mpu.get_pipeline_model_parallel_world_size(), mpu.get_tensor_model_parallel_world_size(),
+             mpu.get_expert_model_parallel_world_size())
     saved = tuple(getattr(saved_args, k, None) or 1 for k in (
         "pipeline_model_parallel_size", "tensor_model_parallel_size", "expert_model_parallel_size"))
     saved_world = getattr(saved_args, "world_size", None)
     return saved == shape and saved_world == dist.get_world_size()
 
 
-def _load_model_state(model, state_dict: dict, where) -> None:
+def _load_model_state(model, state_dict: dict, where, strict: bool) -> None:
     missing, unexpected = unwrap(model).load_state_dict(state_dict, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
-    if missing or unexpected:
+    if strict and (missing or unexpected):
         raise RuntimeError(f"{where}: missing keys {missing}, unexpected keys {unexpected}")
 
 
@@ -323,10 +319,7 @@ def load_checkpoint(load_dir, state, *, load_optim: bool = True, load_rng: bool 
     if load_optim and not _has_optimizer(ckpt_dir):
         raise ValueError(f"{ckpt_dir} has no optimizer state (saved with --no-save-optim): pass --no-load-optim")
     loaded = dist_checkpointing.load(sharded, str(ckpt_dir), strict="assume_ok_unexpected")
-    if strict:
-        _load_model_state(state.model[0], loaded["model"], ckpt_dir)
-    else:
-        unwrap(state.model[0]).load_state_dict(loaded["model"], strict=False)
+    _load_model_state(state.model[0], loaded["model"], ckpt_dir, strict)
     if load_optim:
         with torch.no_grad():  # fp32 distributed-optimizer shards are views of parameters
             state.optimizer.load_state_dict(loaded["optimizer"])
@@ -382,7 +375,7 @@ def load_initial_state(args, state, ref_model=None) -> tuple[int, dict]:
     return start, common
 
 
-def save_hf(args, model, rollout_id: int) -> Path | None:
+def save_hf(args, model, rollout_id: int) -> Path:
     """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (data-parallel
     rank 0 writes; config/tokenizer copied from `--hf-checkpoint`). Needs TP = PP = EP = 1."""
     from megatron.core import parallel_state as mpu
