@@ -5,7 +5,8 @@ from setuptools import find_packages, setup
 EXTRAS = {
     # The CPU build of torch that CI and laptops use; GPU clusters bring their own CUDA torch.
     "cpu": ["torch==2.13.0"],
-    "megatron": ["megatron-core>=0.16"],
+    # psutil: megatron's default checkpoint writer needs it (its forked writer dies silently without it)
+    "megatron": ["megatron-core>=0.16", "psutil"],
     # Client side of SGLang: the router runs anywhere; sglang itself only on GPU nodes.
     "router": ["sglang-router>=0.3.2"],
     "sglang": ["sglang-router>=0.3.2", "sglang"],
