@@ -60,9 +60,12 @@ def _stopped_after(ckpt, out, rollout_id):
     """Copy of checkpoint folder `ckpt` as a run stopped after `rollout_id` would have left it."""
     shutil.copytree(ckpt, out)
     for path in [*out.glob("iter_*"), *(out / "rollout").glob("*.pt")]:
-        keep = path.name in (f"iter_{rollout_id:07d}", f"global_dataset_state_dict_{rollout_id}.pt")
-        if not keep:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.name in (f"iter_{rollout_id:07d}", f"global_dataset_state_dict_{rollout_id}.pt"):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     (out / "latest_checkpointed_iteration.txt").write_text(str(rollout_id))
     return out
 
