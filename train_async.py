@@ -15,6 +15,7 @@ def train_async(args) -> None:
 
     with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
         rollout, actor = job.start(RolloutSide), job.start(ActorSide)
+        rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout)

@@ -152,6 +152,12 @@ class RolloutSide:
         self.args = args
         self.manager = RolloutManager.options(num_cpus=0).remote(args, job_placement, plan.rollout_bundles)
         self.offloaded = False
+        self.weights_from: ActorSide | None = None
+
+    def keep_weights_from(self, actor: "ActorSide") -> None:
+        """With --use-fault-tolerance, before each generation, engines restarted since the last
+        weight sync get `actor`'s current weights (a restarted engine loads the checkpoint)."""
+        self.weights_from = actor if self.args.use_fault_tolerance else None
 
     def load(self, start_rollout_id: int) -> None:
         if start_rollout_id > 0:
@@ -166,6 +172,8 @@ class RolloutSide:
     def submit(self, rollout_id: int):
         """Start generating rollout `rollout_id`; returns a handle for `collect`."""
         self.onload()
+        if self.weights_from is not None:
+            self.weights_from.resync_restarted_engines(self)
         return time.monotonic(), self.manager.generate.remote(rollout_id)
 
     def collect(self, handle) -> tuple[object, dict]:
@@ -213,6 +221,7 @@ class ActorSide:
         job_placement, plan = placement
         self.args = args
         self.group = None if args.debug_rollout_only else RayTrainGroup(args, job_placement, plan.actor_bundles)
+        self.synced: tuple[list[str], int] | None = None  # (engine URLs, version) of the last sync
 
     def init(self) -> int:
         start = self.group.init() if self.group else 0
@@ -235,9 +244,19 @@ class ActorSide:
         if self.group is None or self.args.debug_train_only:
             return metrics
         rollout.onload()  # colocated: the engines were offloaded for training
+        urls = rollout.engine_urls()
         with _timed(metrics, "perf/update_weights_time"):
-            self.group.run("update_weights", rollout.engine_urls(), str(version))
+            self.group.run("update_weights", urls, str(version))
+        self.synced = (urls, version)
         return metrics
+
+    def resync_restarted_engines(self, rollout: RolloutSide) -> None:
+        """Push the last synced version again when the engines' URLs changed since (an engine
+        was restarted by fault tolerance and serves the checkpoint's weights)."""
+        if self.synced is None or rollout.engine_urls() == self.synced[0]:
+            return
+        logger.warning("engines changed since weight version %d was synced: syncing it again", self.synced[1])
+        self.sync_weights(rollout, self.synced[1])
 
     def onload_if_colocated(self, rollout: RolloutSide) -> None:
         """Colocated: engines give their memory back while the trainer runs."""

@@ -4,7 +4,7 @@
   the rank and the cause, and leaves no process of the job behind;
 - SIGINT (Ctrl-C) stops every process of the job;
 - with --use-fault-tolerance, an engine killed after a rollout is restarted and the run finishes
-  (the trainer re-syncs its weights to the restarted engine), with wandb (offline) and tensorboard
+  (the trainer syncs its weights to the restarted engine), with wandb (offline) and tensorboard
   sinks on, perf timers in the metrics and the wandb key nowhere in the output.
 
 Processes of a job are found by a marker variable the test puts in train.py's environment: Ray
@@ -192,7 +192,9 @@ def test_engine_killed_with_fault_tolerance_run_finishes(tiny, tmp_path):
     text = log_path.read_text(errors="replace")
     assert code == 0, text[-4000:]
     assert "engine 0 back at" in text, text[-4000:]
-    # The weight sender built its group once at start and again for the restarted engine.
+    # The restarted engine got the trainer's weights (before the next rollout when the restart
+    # came between rollouts, else after the rollout under way): the sender built its group once
+    # at start and again for the restarted engine.
     assert text.count("weight update group slime-weights") >= 2, text[-4000:]
     rows = read_metrics(tmp_path / "metrics" / "metrics.jsonl")
     assert sorted(rollout_rows(rows)) == [0, 1, 2]
