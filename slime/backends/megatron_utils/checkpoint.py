@@ -74,8 +74,6 @@ def _writer_class():
     from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, SerializationFormat, _write_item
     from torch.distributed.checkpoint.planner import WriteItemType
 
-    TORCH_SAVE = SerializationFormat.TORCH_SAVE
-
     class InProcessWriter(FileSystemWriterAsync):
         """One file per rank, written by the calling process (see the module docstring)."""
 
@@ -97,7 +95,8 @@ def _writer_class():
             results = {}
             for idx, (path, storage_key, (as_bytes, tensors)) in enumerate(self.write_buckets):
                 with open(path, "wb") as stream:
-                    results[idx] = [_write_item(self.transforms, stream, data, item, storage_key, TORCH_SAVE)
+                    results[idx] = [_write_item(self.transforms, stream, data, item, storage_key,
+                                                           SerializationFormat.TORCH_SAVE)
                                     for item, data in as_bytes + tensors]
                     os.fsync(stream.fileno())
             self.results_queue.put(results)
@@ -316,7 +315,8 @@ def load_checkpoint(load_dir, state, *, load_optim: bool = True, load_rng: bool 
         logger.warning("%s was saved with another parallel layout: RNG states not restored", ckpt_dir)
         load_rng = False
     sharded = _sharded_state(state, with_optim=load_optim, with_rng=load_rng, loading=True)
-    if load_optim and not _has_optimizer(ckpt_dir):
+    saved_keys = dist_checkpointing.load_tensors_metadata(str(ckpt_dir))
+    if load_optim and not any(key.startswith(("optimizer.", "chained_")) for key in saved_keys):
         raise ValueError(f"{ckpt_dir} has no optimizer state (saved with --no-save-optim): pass --no-load-optim")
     loaded = dist_checkpointing.load(sharded, str(ckpt_dir), strict="assume_ok_unexpected")
     _load_model_state(state.model[0], loaded["model"], ckpt_dir, strict)
@@ -333,13 +333,6 @@ def load_checkpoint(load_dir, state, *, load_optim: bool = True, load_rng: bool 
     return iteration, common
 
 
-def _has_optimizer(ckpt_dir: Path) -> bool:
-    from megatron.core import dist_checkpointing
-
-    keys = dist_checkpointing.load_tensors_metadata(str(ckpt_dir))
-    return any(key.startswith("optimizer.") or ".optimizer." in key for key in keys)  # chained_N.optimizer.
-
-
 def load_model_weights(load_dir, model) -> int:
     """Weights only from the tracker's iteration of `load_dir` into `model` (DDP, Float16Module
     or bare GPTModel; any saved layout). Returns the iteration; raises when there is no tracker."""
@@ -354,11 +347,12 @@ def load_model_weights(load_dir, model) -> int:
 # ----- start of a run, HF export ---------------------------------------------------------------
 def load_initial_state(args, state, ref_model=None) -> tuple[int, dict]:
     """Where a run starts (Megatron-LM's rule): resume from `--load` when it has a tracker file
-    (model, optimizer unless --no-load-optim, schedule, RNG unless --no-load-rng; `--finetune`
-    loads weights only and restarts the count), else weights from `--ref-load`. The reference
-    model, when given, gets `--ref-load`'s weights. Returns (start rollout id, common state of the
-    resumed checkpoint or {}); sets `args.start_rollout_id` unless the user gave one.
-    """
+    (model, optimizer unless --no-load-optim, schedule, RNG unless --no-load-rng; `--finetune`:
+    weights only, count restarts), else weights from `--ref-load`; the reference model gets
+    `--ref-load`'s weights. Checks `--save-hf` first. Returns (start rollout id, common state of
+    the resumed checkpoint or {}); sets `args.start_rollout_id` unless the user gave one."""
+    if args.save_hf:
+        check_save_hf(args)
     if ref_model is not None and args.ref_load:
         load_model_weights(args.ref_load, ref_model)
     resumed = None
@@ -375,20 +369,25 @@ def load_initial_state(args, state, ref_model=None) -> tuple[int, dict]:
     return start, common
 
 
-def save_hf(args, model, rollout_id: int) -> Path:
-    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (data-parallel
-    rank 0 writes; config/tokenizer copied from `--hf-checkpoint`). Needs TP = PP = EP = 1."""
+def check_save_hf(args) -> None:
+    """Raise (at start-up) when `--save-hf` cannot be served: sharded model or no --hf-checkpoint."""
     from megatron.core import parallel_state as mpu
-
-    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
-    from slime.backends.megatron_utils.hf_loader import export_hf_weights
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
 
     if mpu.get_model_parallel_group().size() > 1 or mpu.get_expert_model_parallel_world_size() > 1:
         raise ValueError("--save-hf needs an unsharded model (TP = PP = EP = 1); convert a sharded "
                          "checkpoint with tools/convert_torch_dist_to_hf.py instead")
     if not args.hf_checkpoint:
         raise ValueError("--save-hf needs --hf-checkpoint (the HF config and tokenizer to copy)")
+
+
+def save_hf(args, model, rollout_id: int) -> Path:
+    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (data-parallel
+    rank 0 writes; config/tokenizer copied from `--hf-checkpoint`). Needs TP = PP = EP = 1."""
+    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
+    from slime.backends.megatron_utils.hf_loader import export_hf_weights
+    from slime.backends.megatron_utils.weight_maps import weight_map_for
+
+    check_save_hf(args)
     out = Path(args.save_hf.format(rollout_id=rollout_id))
     if dist.get_rank() == 0:
         config = read_hf_config(args.hf_checkpoint)
