@@ -195,18 +195,19 @@ def test_ep2_save_loads_with_ep1(tiny_moe_hf, tmp_path):
 
 def _save_hf_worker(rank, world, port, hf, ckpt, extra, out):
     """One step, save with --save-hf, the response log-probs of the fixed batch."""
-    args, trainer = build_trainer(hf, world, ["--save", ckpt, "--save-hf", str(Path(ckpt) / "hf_{rollout_id}")],
-                                  rank, port)
+    flags = ["--save", ckpt, "--save-hf", str(Path(ckpt) / "hf_{rollout_id}")] + extra
+    args, trainer = build_trainer(hf, world, flags, rank, port)
     trainer.train(0, fixed_rollout_data())
     trainer.save(2)
     _finish(rank, out, _log_probs(trainer))
 
 
-def test_save_hf_writes_weights_transformers_reads(tiny_moe_hf, tmp_path):
+@pytest.mark.parametrize("world,extra", [(1, []), (2, ["--expert-model-parallel-size", "2"])], ids=["ep1", "ep2"])
+def test_save_hf_writes_weights_transformers_reads(tiny_moe_hf, tmp_path, world, extra):
     from transformers import AutoModelForCausalLM
 
     ckpt = tmp_path / "save"
-    want = _run(_save_hf_worker, 1, tmp_path, tiny_moe_hf, ckpt, [], "savehf")
+    want = _run(_save_hf_worker, world, tmp_path, tiny_moe_hf, ckpt, extra, "savehf")
     model = AutoModelForCausalLM.from_pretrained(ckpt / "hf_2", dtype=torch.float32).eval()
     data = fixed_rollout_data()
     for i, (tokens, response) in enumerate(zip(data["tokens"], data["response_lengths"])):

@@ -370,30 +370,29 @@ def load_initial_state(args, state, ref_model=None) -> tuple[int, dict]:
 
 
 def check_save_hf(args) -> None:
-    """Raise (at start-up) when `--save-hf` cannot be served: sharded model or no --hf-checkpoint."""
+    """Raise (at start-up) when `--save-hf` cannot be served: pipeline stages, or no --hf-checkpoint."""
     from megatron.core import parallel_state as mpu
 
-    if mpu.get_model_parallel_group().size() > 1 or mpu.get_expert_model_parallel_world_size() > 1:
-        raise ValueError("--save-hf needs an unsharded model (TP = PP = EP = 1); convert a sharded "
-                         "checkpoint with tools/convert_torch_dist_to_hf.py instead")
+    if mpu.get_pipeline_model_parallel_world_size() > 1:
+        raise ValueError("--save-hf needs --pipeline-model-parallel-size 1 (one rank must hold every layer); "
+                         "convert a pipelined checkpoint with tools/convert_torch_dist_to_hf.py instead")
     if not args.hf_checkpoint:
         raise ValueError("--save-hf needs --hf-checkpoint (the HF config and tokenizer to copy)")
 
 
 def save_hf(args, model, rollout_id: int) -> Path:
-    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (data-parallel
-    rank 0 writes; config/tokenizer copied from `--hf-checkpoint`). Needs TP = PP = EP = 1."""
+    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)`. Collective: TP
+    and expert shards are gathered through the weight export (every rank iterates), rank 0
+    writes; config/tokenizer are copied from `--hf-checkpoint`. Needs PP = 1."""
     from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
-    from slime.backends.megatron_utils.hf_loader import export_hf_weights
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.backends.megatron_utils.weight_export import iter_hf_named_tensors
 
     check_save_hf(args)
     out = Path(args.save_hf.format(rollout_id=rollout_id))
+    config = read_hf_config(args.hf_checkpoint)
+    dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
+    named = [(name, t.to(dtype)) for name, t in iter_hf_named_tensors(unwrap(model), config, args)]
     if dist.get_rank() == 0:
-        config = read_hf_config(args.hf_checkpoint)
-        wmap = weight_map_for(config, args.make_vocab_size_divisible_by, 1)
-        dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
-        named = ((name, t.to(dtype)) for name, t in export_hf_weights(unwrap(model), wmap))
         save_hf_checkpoint(named, out, args.hf_checkpoint)
     dist.barrier()
     return out
