@@ -19,7 +19,6 @@ import importlib.util
 import json
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,11 +60,11 @@ def fixed_batch(vocab: int, batch: int, seq_len: int) -> dict:
 
 
 def _model_flags(hf_dir: str) -> list[str]:
-    """MODEL_ARGS for the HF config (the harness's mapping from the weight-map registry)."""
-    sys.path.insert(0, str(REPO))
-    from tests.distributed.megatron_harness import model_argv
+    """MODEL_ARGS for the HF config (from the weight-map registry)."""
+    from slime.backends.megatron_utils.hf_io import read_hf_config
+    from slime.backends.megatron_utils.hf_loader import model_flags_from_hf_config
 
-    return model_argv(hf_dir)
+    return model_flags_from_hf_config(read_hf_config(hf_dir))
 
 
 def megatron_step_times(hf_dir: str, batch: dict, iterations: int, warmup: int) -> list[float]:

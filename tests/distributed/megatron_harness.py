@@ -34,24 +34,9 @@ def free_port() -> int:
 def model_argv(hf_dir: str) -> list[str]:
     """MODEL_ARGS flags equivalent to the HF config (through the weight-map registry)."""
     from slime.backends.megatron_utils.hf_io import read_hf_config
-    from slime.backends.megatron_utils.weight_maps import model_family
+    from slime.backends.megatron_utils.hf_loader import model_flags_from_hf_config
 
-    shape = model_family(read_hf_config(hf_dir)).megatron_args(read_hf_config(hf_dir))
-    argv = []
-    for key, value in shape.items():
-        flag = "--" + key.replace("_", "-")
-        if key == "add_bias_linear":
-            argv += [] if value else ["--disable-bias-linear"]
-        elif key in ("add_qkv_bias", "moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff"):
-            continue
-        elif key == "moe_layer_freq":
-            argv += [flag, str(value)]
-        elif value is True:
-            argv.append(flag)
-        elif value is not False:
-            integral = isinstance(value, float) and value.is_integer() and key != "norm_epsilon"
-            argv += [flag, str(int(value)) if integral else str(value)]
-    return argv + ["--moe-aux-loss-coeff", "0"] if "num_experts" in shape else argv
+    return model_flags_from_hf_config(read_hf_config(hf_dir))
 
 
 def fixed_rollout_data() -> dict:

@@ -108,3 +108,29 @@ def args_from_hf_config(hf_config: dict, **overrides):
     values.update(model_family(hf_config).megatron_args(hf_config))
     values.update(overrides)
     return argparse.Namespace(**values)
+
+
+# shape args that have no flag of their own in MODEL_ARGS (derived by megatron or defaults)
+_NOT_FLAGS = {"add_qkv_bias", "moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff"}
+
+
+def model_flags_from_hf_config(hf_config: dict) -> list[str]:
+    """MODEL_ARGS (Megatron-LM flags) equivalent to an HF config, via the weight-map registry;
+    MoE models get `--moe-aux-loss-coeff 0` as slime's recipes do."""
+    from slime.backends.megatron_utils.weight_maps import model_family
+
+    shape = model_family(hf_config).megatron_args(hf_config)
+    argv = []
+    for key, value in shape.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "add_bias_linear":
+            argv += [] if value else ["--disable-bias-linear"]
+        elif key in _NOT_FLAGS or value is False:
+            continue
+        elif value is True:
+            argv.append(flag)
+        elif isinstance(value, float) and value.is_integer() and key != "norm_epsilon":
+            argv += [flag, str(int(value))]  # Megatron-LM's --rotary-base is an int
+        else:
+            argv += [flag, str(value)]
+    return argv + ["--moe-aux-loss-coeff", "0"] if "num_experts" in shape else argv
