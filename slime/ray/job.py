@@ -283,8 +283,10 @@ class Schedule:
         return rollout_id + 1 == self.num_rollout
 
     def save_after(self, rollout_id: int) -> bool:
+        """Every `--save-interval` rollouts and after the last one (only the last without an interval)."""
         interval = self.args.save_interval
-        return bool(self.args.save) and bool(interval) and ((rollout_id + 1) % interval == 0 or self._last(rollout_id))
+        periodic = bool(interval) and (rollout_id + 1) % interval == 0
+        return bool(self.args.save) and (periodic or self._last(rollout_id))
 
     def eval_after(self, rollout_id: int) -> bool:
         interval = self.args.eval_interval

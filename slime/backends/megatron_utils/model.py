@@ -103,7 +103,8 @@ def build_scheduler(args: argparse.Namespace, optimizer):
         end_wd=args.weight_decay,
         wd_incr_steps=total,
         wd_incr_style="constant",
-        use_checkpoint_opt_param_scheduler=bool(getattr(args, "use_checkpoint_opt_param_scheduler", False)),
+        use_checkpoint_opt_param_scheduler=args.use_checkpoint_opt_param_scheduler,
+        override_opt_param_scheduler=args.override_opt_param_scheduler,
     )
 
 

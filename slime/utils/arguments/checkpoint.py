@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler",
                        dest="use_checkpoint_opt_param_scheduler", action="store_true", default=False,
                        help="Take learning-rate scheduler settings from the checkpoint.")
+    group.add_argument("--override-opt_param-scheduler", "--override-opt-param-scheduler",
+                       dest="override_opt_param_scheduler", action="store_true", default=False,
+                       help="Take learning-rate scheduler settings from the flags, ignoring the checkpoint's "
+                            "(e.g. resuming with a different --num-rollout).")
 
 
 def validate(args: argparse.Namespace) -> list[str]:
