@@ -58,8 +58,11 @@ def next_token_logprobs(model, prompts):
     return torch.stack(out)
 
 
-def grpo_step(model, optimizer, prompts, labels, n_samples: int, gen) -> float:
-    """One on-policy GRPO update on one-token responses; return the mean reward before it."""
+def grpo_step(model, optimizer, prompts, labels, n_samples: int, gen, clip_grad: float = 1.0) -> float:
+    """One on-policy GRPO update on one-token responses; return the mean reward before it.
+
+    Gradients are clipped to global norm `clip_grad` (0: off), as Megatron does (--clip-grad 1.0).
+    """
     import torch
 
     logp = next_token_logprobs(model, prompts)  # [B, V]
@@ -69,6 +72,8 @@ def grpo_step(model, optimizer, prompts, labels, n_samples: int, gen) -> float:
     loss = -(adv * logp.gather(1, samples)).mean()
     optimizer.zero_grad()
     loss.backward()
+    if clip_grad > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
     optimizer.step()
     return rewards.mean().item()
 
@@ -81,7 +86,7 @@ def greedy_accuracy(model, prompts, labels) -> float:
         return (next_token_logprobs(model, prompts).argmax(-1) == labels).float().mean().item()
 
 
-def run(steps: int, lr: float, seed: int, batch: int, n_samples: int, target: float) -> dict:
+def run(steps: int, lr: float, seed: int, batch: int, n_samples: int, target: float, clip_grad: float) -> dict:
     """Train the tiny MoE on the toy task; return a summary dict (see module docstring)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -100,7 +105,7 @@ def run(steps: int, lr: float, seed: int, batch: int, n_samples: int, target: fl
     t0 = time.perf_counter()
     for step in range(steps):
         prompts, labels = encode_prompts(tokenizer, train[step * batch:(step + 1) * batch])
-        reward = grpo_step(model, optimizer, prompts, labels, n_samples, gen)
+        reward = grpo_step(model, optimizer, prompts, labels, n_samples, gen, clip_grad)
         summary["start_reward"] = reward if step == 0 else summary["start_reward"]
         logger.info("step %3d  reward %.3f  eval_greedy %.3f", step, reward, greedy_accuracy(model, *evals))
         if reward >= target and summary["steps_to_target"] is None:
@@ -119,5 +124,6 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=32, help="prompts per step")
     parser.add_argument("--n-samples", type=int, default=8, help="samples per prompt (GRPO group)")
     parser.add_argument("--target", type=float, default=0.9, help="mean reward to report time to")
+    parser.add_argument("--clip-grad", type=float, default=1.0, help="global grad-norm clip (Megatron's default); 0: off")
     cli = parser.parse_args()
-    logger.info("%s", json.dumps(run(cli.steps, cli.lr, cli.seed, cli.batch, cli.n_samples, cli.target)))
+    logger.info("%s", json.dumps(run(cli.steps, cli.lr, cli.seed, cli.batch, cli.n_samples, cli.target, cli.clip_grad)))
