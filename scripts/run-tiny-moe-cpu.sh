@@ -4,14 +4,15 @@
 # Task: "<n> mod 2" -> "0"/"1"; the answer is one token, so --rollout-max-response-len 1 and the
 # `math` reward's exact match on that token is the whole check (the response is cut after it, so
 # samples end TRUNCATED by design; no <|im_end|> is asked for). Mean reward starts near 1/128.
-# Seen on 2 shared CPU cores (DRY_RUN=0): reward >= 0.9 from rollout ~60, eval 0.99 after 80
-# rollouts, about 8.5 minutes in all (3-8 s per rollout).
+# Seen on 2 shared CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts, about
+# 8.5-10 minutes in all (3-8 s per rollout).
 #
-# Env: SLIME_RUN_DIR (default runs/tiny-moe-cpu) holds the checkpoint, data and outputs;
-# NUM_ROLLOUT (default 80) and LR (default 2e-3) override the schedule; DRY_RUN=1 (the default for
-# now) only prints train.py's plan, DRY_RUN=0 also converts the checkpoint to torch_dist and trains.
-# Extra arguments are appended to train.py's flags. Re-running reuses the model, data and
-# torch_dist checkpoint already built.
+# Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
+# curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
+# (Megatron checkpoint, halfway and at the end).
+# Env: NUM_ROLLOUT (default 80) and LR (default 2e-3) override the schedule; DRY_RUN=1 only prints
+# train.py's plan. Extra arguments are appended to train.py's flags. Re-running reuses the model,
+# data and torch_dist checkpoint already built (and starts training afresh unless --load is given).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
@@ -26,7 +27,7 @@ RUN_DIR=${SLIME_RUN_DIR:-runs/tiny-moe-cpu}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-80}
 LR=${LR:-2e-3}
-DRY_RUN=${DRY_RUN:-1}
+DRY_RUN=${DRY_RUN:-0}
 
 if [ ! -f "${RUN_DIR}/hf/model.safetensors" ]; then
    python tools/make_tiny_model.py --output-dir "${RUN_DIR}/hf" --variant moe --seed 0
@@ -47,6 +48,7 @@ CKPT_ARGS=(
    --hf-checkpoint "${RUN_DIR}/hf"
    --ref-load "${RUN_DIR}/torch_dist"
    --save "${RUN_DIR}/ckpt"
+   --save-hf "${RUN_DIR}/hf_final"
    # halfway and at the end
    --save-interval "$(( (NUM_ROLLOUT + 1) / 2 ))"
 )
@@ -112,7 +114,7 @@ MISC_ARGS=(
    --attention-softmax-in-fp32
    --distributed-backend gloo
    --seed 1234
-   --metrics-dir "${RUN_DIR}/metrics"
+   --metrics-dir "${RUN_DIR}"
 )
 
 ARGS=(
@@ -134,11 +136,14 @@ echo "[run-tiny-moe-cpu] model: ${RUN_DIR}/hf  data: ${RUN_DIR}/data"
 if [ "${DRY_RUN}" = "1" ]; then
    # ---- train.py call, dry run: flags validated and the plan printed; no Ray, no training. ----
    python train.py "${ARGS[@]}" --dry-run "$@"
-   echo "[run-tiny-moe-cpu] dry run done (DRY_RUN=0 trains); outputs would go to ${RUN_DIR}/ckpt" \
-      "and ${RUN_DIR}/metrics"
+   echo "[run-tiny-moe-cpu] dry run done (without DRY_RUN=1 it trains); outputs would go to ${RUN_DIR}"
    exit 0
 fi
 # ---- train.py call, real run (the CPU loop: Ray + Megatron on gloo + local engine). ----
 python train.py "${ARGS[@]}" "$@"
-echo "[run-tiny-moe-cpu] done: checkpoints in ${RUN_DIR}/ckpt, metrics in ${RUN_DIR}/metrics," \
-   "reference weights in ${RUN_DIR}/torch_dist"
+python tools/plot_metrics.py --metrics "${RUN_DIR}/metrics.jsonl" --output "${RUN_DIR}/curve.png"
+echo "[run-tiny-moe-cpu] done:"
+echo "  metrics     ${RUN_DIR}/metrics.jsonl"
+echo "  curve       ${RUN_DIR}/curve.png"
+echo "  HF policy   ${RUN_DIR}/hf_final"
+echo "  checkpoint  ${RUN_DIR}/ckpt"
