@@ -147,35 +147,6 @@ TRAIN_ARGS=(
    "$@"
 )
 
-for arg in "$@"; do
-   if [ "${arg}" = "--dry-run" ]; then
-      cd "${REPO_DIR}"
-      status=0
-      "${PYTHON}" train.py "${TRAIN_ARGS[@]}" || status=$?
-      exit "${status}"
-   fi
-done
-
-# Start a Ray head only when none answers here, and stop at exit only the one started here.
-RAY_STARTED=0
-stop_ray() {
-   if [ "${RAY_STARTED}" = "1" ]; then
-      ray stop
-   fi
-}
-trap stop_ray EXIT
-if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
-   ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" --num-gpus 8 --disable-usage-stats
-   RAY_STARTED=1
-fi
-
-RUNTIME_ENV_JSON="{
-  \"env_vars\": {
-    \"PYTHONPATH\": \"${REPO_DIR}\",
-    \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\"
-  }
-}"
-
-ray job submit --address="http://127.0.0.1:8265" \
-   --runtime-env-json="${RUNTIME_ENV_JSON}" \
-   -- "${PYTHON}" "${REPO_DIR}/train.py" "${TRAIN_ARGS[@]}"
+# shellcheck disable=SC1091
+source "${REPO_DIR}/scripts/lib/ray_job.sh"
+run_train_job "train.py" "${TRAIN_ARGS[@]}"

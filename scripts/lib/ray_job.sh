@@ -1,0 +1,38 @@
+# Sourced by the GPU run scripts: run the entry point as a Ray job, or print its plan.
+#
+#   run_train_job ENTRY "${TRAIN_ARGS[@]}"
+#
+# With --dry-run among the flags, ENTRY runs directly (no Ray) and the script exits with its
+# status. Otherwise a Ray head is started on this node unless one already answers at
+# ${MASTER_ADDR:-127.0.0.1}:6379, the job is submitted with `ray job submit`, and at exit only a
+# Ray started here is stopped. Needs REPO_DIR and PYTHON.
+run_train_job() {
+   local entry="$1"
+   shift
+   local arg
+   for arg in "$@"; do
+      if [ "${arg}" = "--dry-run" ]; then
+         cd "${REPO_DIR}"
+         local status=0
+         "${PYTHON}" "${entry}" "$@" || status=$?
+         exit "${status}"
+      fi
+   done
+
+   RAY_STARTED=0
+   trap '[ "${RAY_STARTED}" = "1" ] && ray stop' EXIT
+   if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
+      ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" --num-gpus 8 --disable-usage-stats
+      RAY_STARTED=1
+   fi
+
+   local runtime_env="{
+  \"env_vars\": {
+    \"PYTHONPATH\": \"${REPO_DIR}\",
+    \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\"
+  }
+}"
+   ray job submit --address="http://127.0.0.1:8265" \
+      --runtime-env-json="${runtime_env}" \
+      -- "${PYTHON}" "${REPO_DIR}/${entry}" "$@"
+}
