@@ -103,11 +103,13 @@ class JobScope:
         self.placement = place(args)
 
     def start(self, side_cls):
+        """`side_cls(args, placement)` (RolloutSide or ActorSide), shut down when the job ends."""
         side = side_cls(self.args, self.placement)
         self._stoppers.append(side.shutdown)
         return side
 
     def metrics_logger(self, total: int):
+        """The job's MetricsLogger (`total` rollouts), closed when the job ends."""
         from slime.utils.logging_sinks import MetricsLogger, SinkConfig
 
         log = MetricsLogger(SinkConfig.from_args(self.args), total=total)
@@ -120,14 +122,16 @@ class JobScope:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             logger.error("job stopping after %s: %s", exc_type.__name__, exc or "")
-        for stop in reversed(self._stoppers):
-            try:
-                stop()
-            except Exception:  # fault tolerance: one part failing to stop must not keep the rest up
-                logger.exception("while stopping the job: %s failed", getattr(stop, "__qualname__", stop))
-        if self.token is not None:
-            ray.shutdown()
-            stop_job_processes(self.token)
+        try:
+            for stop in reversed(self._stoppers):
+                try:
+                    stop()
+                except Exception:  # fault tolerance: one part failing to stop must not keep the rest up
+                    logger.exception("while stopping the job: %s failed", getattr(stop, "__qualname__", stop))
+        finally:  # also after a second Ctrl-C cut the orderly stop short
+            if self.token is not None:
+                ray.shutdown()
+                stop_job_processes(self.token)
 
 
 def place(args) -> tuple[JobPlacement, PlacementPlan]:
