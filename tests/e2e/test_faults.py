@@ -3,7 +3,7 @@
 - a trainer rank that dies (`os._exit`) or raises ends the job non-zero with a message naming
   the rank and the cause, and leaves no process of the job behind;
 - SIGINT (Ctrl-C) or SIGTERM stops every process of the job (train.py, train_async.py);
-- with --use-fault-tolerance, an engine killed after a rollout is restarted and the run finishes
+- with --use-fault-tolerance, an engine killed mid-rollout is restarted and the run finishes
   (the trainer syncs its weights to the restarted engine), with wandb (offline) and tensorboard
   sinks on, perf timers in the metrics and the wandb key nowhere in the output.
 
@@ -48,6 +48,17 @@ def raise_on_rank1_at_step0(args, rollout_id, step_id, model, optimizer, opt_par
 
     if dist.get_rank() == 1:
         raise ValueError("injected failure on purpose")
+
+
+# ----- hook the RolloutManager loads through --rollout-sample-hook-path ------------------------
+def kill_engine_in_rollout1(args, sample, *, rollout_id=None, evaluation=False):
+    """SIGKILL the engine once, after the first finished sample of rollout 1 (mid-rollout)."""
+    done = Path(args.save).parent / "engine_killed"
+    if rollout_id == 1 and not evaluation and not done.exists():
+        (pid,) = engine_pids(Path(args.hf_checkpoint))
+        done.write_text(str(pid))
+        os.kill(pid, signal.SIGKILL)
+    return None
 
 
 # ----- helpers ---------------------------------------------------------------------------------
@@ -183,25 +194,24 @@ def test_interrupt_stops_every_process(tiny, tmp_path, entry, sig):
 def test_engine_killed_with_fault_tolerance_run_finishes(tiny, tmp_path):
     hf, ref, data = tiny
     extra = ["--use-fault-tolerance", "--rollout-health-check-interval", "1",
+             "--rollout-sample-hook-path", f"{HOOKS}.kill_engine_in_rollout1",
              "--rollout-log-dir", str(tmp_path / "engine_logs"),
              "--use-wandb", "--wandb-mode", "offline", "--wandb-key", SECRET, "--wandb-dir", str(tmp_path),
              "--wandb-project", "faults", "--use-tensorboard", "--tb-project-name", "faults",
              "--save-interval", "3"]
     log_path = tmp_path / "train.log"
     proc, mark = start_job(grpo_argv(hf, ref, data, tmp_path, num_rollout=3, extra=extra), log_path)
-    wait_for_line(proc, log_path, "rollout 0/3", timeout=300)
-    (first,) = engine_pids(hf)
-    os.kill(first, signal.SIGKILL)
     code = wait_exit(proc, mark, timeout=300, log_path=log_path)
     text = log_path.read_text(errors="replace")
     assert code == 0, text[-4000:]
+    assert (tmp_path / "engine_killed").is_file(), "the hook never killed the engine"
     assert "engine 0 back at" in text, text[-4000:]
-    # The restarted engine got the trainer's weights (before the next rollout when the restart
-    # came between rollouts, else after the rollout under way): the sender built its group once
-    # at start and again for the restarted engine.
+    # The sync after rollout 1 went to the restarted engine: the sender built its group once at
+    # start and again for the new engine URL.
     assert text.count("weight update group slime-weights") >= 2, text[-4000:]
     rows = read_metrics(tmp_path / "metrics" / "metrics.jsonl")
     assert sorted(rollout_rows(rows)) == [0, 1, 2]
+    assert all(row["rollout/num_samples"] == 128 for row in rollout_rows(rows).values())  # none lost
     for key in ("perf/rollout_time", "perf/log_probs_time", "perf/train_time", "perf/update_weights_time",
                 "perf/save_time"):
         assert key in rollout_rows(rows)[2], key
