@@ -18,8 +18,9 @@ logger = logging.getLogger("plot_metrics")
 
 
 def read_series(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """{metric: [(rollout_id, value), ...]} for the reward and eval metrics of a metrics.jsonl."""
-    series: dict[str, list[tuple[int, float]]] = {}
+    """{metric: [(rollout_id, value), ...]} for the reward and eval metrics of a metrics.jsonl,
+    sorted by rollout id; a rollout logged twice (a resumed run repeats rows) keeps its last value."""
+    series: dict[str, dict[int, float]] = {}
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -30,8 +31,8 @@ def read_series(path: Path) -> dict[str, list[tuple[int, float]]]:
         for key, value in row.items():
             wanted = key == "rollout/raw_reward" or (key.startswith("eval/") and key.count("/") == 1)
             if wanted and value is not None:
-                series.setdefault(key, []).append((row["rollout_id"], float(value)))
-    return series
+                series.setdefault(key, {})[row["rollout_id"]] = float(value)
+    return {key: sorted(points.items()) for key, points in series.items()}
 
 
 def plot(series: dict[str, list[tuple[int, float]]], output: Path, title: str) -> None:
