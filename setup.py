@@ -13,7 +13,7 @@ EXTRAS = {
     "logging": ["wandb", "tensorboard"],
     "dev": ["pytest>=8", "pytest-timeout"],
 }
-EXTRAS["all-cpu"] = sorted({d for k in ("cpu", "megatron", "router", "dev") for d in EXTRAS[k]})
+EXTRAS["all-cpu"] = sorted({d for k in ("cpu", "megatron", "router", "logging", "dev") for d in EXTRAS[k]})
 
 setup(
     name="slime",
