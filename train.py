@@ -22,7 +22,7 @@ def train(args) -> None:
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
         rollout.load(schedule.start_rollout_id)
-        log = job.metrics_logger(total=schedule.num_rollout)
+        log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
         metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
         for rollout_id in schedule.rollouts():

@@ -18,7 +18,7 @@ def train_async(args) -> None:
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
         rollout.load(schedule.start_rollout_id)
-        log = job.metrics_logger(total=schedule.num_rollout)
+        log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
         metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
         pending, ready = rollout.submit(schedule.start_rollout_id), None
@@ -37,6 +37,7 @@ def train_async(args) -> None:
             metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
         if metrics:
             log.log(schedule.num_rollout, metrics)
+
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

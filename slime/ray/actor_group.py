@@ -83,8 +83,12 @@ class TrainActor:
         """Start torch.distributed and megatron, build the trainer, load weights; returns the
         rollout id to start from."""
         import logging as _logging
+        import warnings
 
         _logging.basicConfig(level=_logging.INFO, format=f"[rank {self.rank}] %(levelname)s %(name)s: %(message)s")
+        # megatron-core 0.16 calls collectives torch 2.13 deprecates (reduce_scatter_tensor, ...):
+        # the FutureWarning would repeat on every step of every rank
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         from slime.backends.megatron_utils.actor import MegatronTrainer
         from slime.backends.megatron_utils.parallel import initialize_megatron

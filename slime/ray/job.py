@@ -108,11 +108,11 @@ class JobScope:
         self._stoppers.append(side.shutdown)
         return side
 
-    def metrics_logger(self, total: int):
-        """The job's MetricsLogger (`total` rollouts), closed when the job ends."""
+    def metrics_logger(self, total: int, start: int = 0):
+        """The job's MetricsLogger (rollouts `start`..`total`), closed when the job ends."""
         from slime.utils.logging_sinks import MetricsLogger, SinkConfig
 
-        log = MetricsLogger(SinkConfig.from_args(self.args), total=total)
+        log = MetricsLogger(SinkConfig.from_args(self.args), total=total, start=start)
         self._stoppers.append(log.close)
         return log
 

@@ -51,11 +51,19 @@ def _clean(metrics: dict) -> dict[str, float]:
 
 
 class JsonlSink:
-    """Appends one JSON object per `log` call: {"rollout_id": step, **metrics}."""
+    """Appends one JSON object per `log` call: {"rollout_id": step, **metrics}.
 
-    def __init__(self, path: Path):
+    A run that starts at rollout `start` keeps the rows of earlier rollouts already in the file
+    (a resumed run continues its file) and drops later ones (a fresh run, or a resume from an
+    earlier checkpoint, does not mix with rows of the run it replaces)."""
+
+    def __init__(self, path: Path, start: int = 0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("rollout_id", 0) < start]
+            self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as f:
@@ -149,10 +157,11 @@ class TensorboardSink:
 class MetricsLogger:
     """Fans one metrics dict out to every configured sink. JSONL is always on."""
 
-    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest", total: int | None = None):
+    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest", total: int | None = None,
+                 start: int = 0):
         root = Path(cfg.metrics_dir or default_dir)
         self.jsonl_path = root / "metrics.jsonl"
-        self.sinks = [JsonlSink(self.jsonl_path), ConsoleSink(total)]
+        self.sinks = [JsonlSink(self.jsonl_path, start), ConsoleSink(total)]
         if cfg.use_wandb:
             self.sinks.append(WandbSink(cfg))
         if cfg.use_tensorboard:

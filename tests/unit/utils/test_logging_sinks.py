@@ -89,3 +89,15 @@ def test_dry_run_output_has_no_wandb_key(tmp_path):
     assert "== Placement" in proc.stdout  # the plan was printed ...
     assert secret not in proc.stdout + proc.stderr  # ... without the key
     assert not any(secret in p.read_text(errors="replace") for p in Path(tmp_path).rglob("*") if p.is_file())
+
+
+def test_jsonl_keeps_earlier_rollouts_and_drops_replaced_ones(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    first = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))
+    for step in range(4):
+        first.log(step, {"rollout/raw_reward": float(step)})
+    resumed = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)), start=2)  # resume after rollout 1
+    resumed.log(2, {"rollout/raw_reward": 20.0})
+    assert [json.loads(x)["rollout/raw_reward"] for x in path.read_text().splitlines()] == [0.0, 1.0, 20.0]
+    MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))  # a fresh run starts an empty file
+    assert path.read_text() == ""
