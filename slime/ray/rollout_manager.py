@@ -36,7 +36,6 @@ from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HEALTH_CHECK_INTERVAL_S = 2.0
 
 
 def save_debug_samples(path_template: str, rollout_id: int, samples: list[Sample]) -> str:
@@ -63,18 +62,23 @@ def build_train_data(args, rollout_id: int, samples: list[Sample]) -> dict:
         fn = load_function(args.custom_convert_samples_to_train_data_path)
         data = call_convert_samples_to_train_data(fn, args, samples)
     else:
-        rewards_fn = post_process_rewards
-        if args.custom_reward_post_process_path:
-            post = load_function(args.custom_reward_post_process_path)
-
-            def rewards_fn(a, s):
-                raw, rewards = call_reward_post_process(post, a, s)
-                return [float(r) for r in raw], [float(r) for r in rewards]
-
-        data = samples_to_train_data(args, samples, rewards_fn=rewards_fn)
+        data = samples_to_train_data(args, samples, rewards_fn=_rewards_fn(args))
     if args.rollout_data_postprocess_path:
         call_rollout_data_postprocess(load_function(args.rollout_data_postprocess_path), args, rollout_id, data)
     return data
+
+
+def _rewards_fn(args):
+    """Reward post-processing: `--custom-reward-post-process-path`, else group normalisation."""
+    if not args.custom_reward_post_process_path:
+        return post_process_rewards
+    post = load_function(args.custom_reward_post_process_path)
+
+    def custom(a, s):
+        raw, rewards = call_reward_post_process(post, a, s)
+        return [float(r) for r in raw], [float(r) for r in rewards]
+
+    return custom
 
 
 def eval_metrics(out) -> dict[str, float]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -241,7 +240,6 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
     kept: list[tuple[int, list[Sample]]] = []
     drops: Counter = Counter()
     order = 0
-    start = time.monotonic()
     while len(kept) < target:
         while len(pending) + len(kept) < target:
             groups = data_source.get_samples(batch)
@@ -269,7 +267,6 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
     kept = [g for _, g in kept[:target]]
     metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
     metrics["rollout/aborted_groups"] = float(len(leftovers))
-    metrics["perf/rollout_seconds"] = time.monotonic() - start
     return kept, metrics
 
 
