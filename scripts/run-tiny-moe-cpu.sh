@@ -4,8 +4,8 @@
 # Task: "<n> mod 2" -> "0"/"1"; the answer is one token, so --rollout-max-response-len 1 and the
 # `math` reward's exact match on that token is the whole check (the response is cut after it, so
 # samples end TRUNCATED by design; no <|im_end|> is asked for). Mean reward starts near 1/128.
-# Seen on 2 shared CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts, about
-# 8.5-10 minutes in all (3-8 s per rollout).
+# Seen on 2 CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts; about 3.5
+# minutes from a fresh clone on idle cores (2.5 s per rollout), up to ~10 minutes on busy ones.
 #
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
