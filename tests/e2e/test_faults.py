@@ -121,12 +121,18 @@ def assert_nothing_left(mark: str, grace: float = 15.0) -> None:
     assert not left, f"processes of the job still alive after it exited: {describe(left)}"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_job(argv: list[str], log_path: Path, entry: str = "train.py") -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     log = open(log_path, "w")  # noqa: SIM115 - the child writes it for its whole life
     env = {**subprocess_env(), MARK_ENV: mark, "RAY_DEDUP_LOGS": "0"}
+    # as a terminal would start it: a shell without job control starts background commands with
+    # SIGINT ignored, which the child (and Python's KeyboardInterrupt) would inherit
     proc = subprocess.Popen([sys.executable, entry, *argv], cwd=REPO_ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
     log.close()
     return proc, mark
 
