@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the logging flags as one argument group."""
     group = parser.add_argument_group("logger", "Metrics sinks: jsonl, wandb, tensorboard.")
     group.add_argument("--metrics-dir", type=str, default=None,
-                       help="Directory for metrics.jsonl and other run records (None: not written).")
+                       help="Directory for metrics.jsonl (and tensorboard events); default runs/latest under the "
+                            "working directory.")
     group.add_argument("--use-wandb", action="store_true", default=False, help="Log metrics to Weights & Biases.")
     group.add_argument("--wandb-mode", type=str, choices=WANDB_MODES, default=None,
                        help="wandb mode (None: wandb's own default / WANDB_MODE).")
