@@ -19,7 +19,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from slime.utils.misc import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -44,12 +45,6 @@ def parse_args():
     p.add_argument("--sync-rounds", type=int, default=5, help="weight-sync repetitions (best is reported)")
     p.add_argument("--out", default="bench_engine.json", help="JSON output path")
     return p.parse_args()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _load_tool(name: str):
@@ -141,7 +136,7 @@ def _raw_broadcast_s(named: dict[str, torch.Tensor], rounds: int) -> float:
 
     from slime.utils.weight_transport import init_weight_update_group
 
-    port = _free_port()
+    port = free_port()
     specs = [(tuple(t.shape), t.dtype) for t in named.values()]
     proc = mp.get_context("spawn").Process(target=_raw_receiver, args=(port, specs, rounds))
     proc.start()
@@ -160,7 +155,7 @@ def _engine_sync_s(url: str, named: dict[str, torch.Tensor], rounds: int) -> flo
     from slime.utils.engine_client import SyncEngineClient
     from slime.utils.weight_transport import init_weight_update_group
 
-    client, port, names = SyncEngineClient(url), _free_port(), list(named)
+    client, port, names = SyncEngineClient(url), free_port(), list(named)
     joiner = threading.Thread(target=client.init_weights_update_group, args=("127.0.0.1", port, 1, 2, "bench", "gloo"))
     joiner.start()
     group = init_weight_update_group("127.0.0.1", port, 0, 2, "bench", "gloo")
@@ -212,7 +207,7 @@ def main() -> None:
         tiny = Path(args.model_path) if args.model_path else _load_tool("make_tiny_model").make_tiny_model(tmp / "moe")
         wide = make_sync_model(tiny, tmp, args.sync_hidden, args.sync_layers)
         for label, model_dir in (("tiny", tiny), ("wide", wide)):
-            port = _free_port()
+            port = free_port()
             proc = launch_local_engine(model_dir, port, extra_args=("--num-threads", str(args.num_threads)),
                                        log_path=os.devnull)
             try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import ray
 from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
 from slime.ray.placement import JobPlacement, PlacementPlan
 from slime.utils.engine_client import SyncEngineClient
+from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +92,6 @@ def resolve_engine_kind(requested: str | None, use_gpu: bool) -> str:
         raise ValueError(f"--rollout-engine {requested}: not available on this node "
                          "(sglang needs GPU bundles and `pip install sglang`)")
     return requested
-
-
-def free_port(host: str) -> int:
-    """A TCP port that was free on `host` a moment ago."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class RolloutEngine:

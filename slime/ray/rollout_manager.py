@@ -22,7 +22,8 @@ import ray
 import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
-from slime.ray.engines import create_engine_actor, create_engines, free_port
+from slime.ray.engines import create_engine_actor, create_engines
+from slime.utils.misc import free_port
 from slime.rollout.train_data import post_process_rewards, rollout_metrics, samples_to_train_data
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
@@ -35,7 +36,6 @@ from slime.utils.plugins import (
 from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
-
 
 
 def save_debug_samples(path_template: str, rollout_id: int, samples: list[Sample]) -> str:

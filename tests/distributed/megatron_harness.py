@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+
+from slime.utils.misc import free_port
 
 TINY_RL_ARGS = [
     "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--global-batch-size", "4",
@@ -23,12 +24,6 @@ TINY_RL_ARGS = [
     "--transformer-impl", "local", "--moe-token-dispatcher-type", "allgather", "--moe-router-dtype", "fp32",
     "--clip-grad", "1.0", "--seed", "1234",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_argv(hf_dir: str) -> list[str]:

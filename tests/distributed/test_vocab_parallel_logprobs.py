@@ -2,7 +2,6 @@
 gradients equal the matching slice of the single-rank gradient."""
 
 import os
-import socket
 
 import pytest
 import torch
@@ -10,14 +9,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from slime.backends.megatron_utils.logprobs import vocab_parallel_log_probs
+from slime.utils.misc import free_port
 
 pytestmark = pytest.mark.distributed
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank, world, port, logits, targets, out_dir):
@@ -34,7 +28,7 @@ def test_two_rank_vocab_parallel_matches_single_rank(tmp_path):
     torch.manual_seed(0)
     logits = torch.randn(6, 16)
     targets = torch.tensor([0, 7, 8, 15, 3, 12])
-    mp.spawn(_worker, args=(2, _free_port(), logits, targets, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), logits, targets, str(tmp_path)), nprocs=2, join=True)
     full = logits.clone().requires_grad_(True)
     lp, ent = vocab_parallel_log_probs(full, targets, temperature=0.9, with_entropy=True)
     (lp.sum() + ent.sum()).backward()

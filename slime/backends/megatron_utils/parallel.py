@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from slime.utils.misc import free_port
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,7 +45,7 @@ def init_process_group(
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
     master_addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-    master_port = master_port or int(os.environ.get("MASTER_PORT", _free_port()))
+    master_port = master_port or int(os.environ.get("MASTER_PORT", free_port()))
     backend = backend or default_backend()
     if backend == "nccl":
         local_rank = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
@@ -56,15 +58,6 @@ def init_process_group(
         timeout=datetime.timedelta(minutes=timeout_minutes),
     )
     logger.info("process group up: rank %d/%d backend %s", rank, world_size, backend)
-
-
-def _free_port() -> int:
-    """A free TCP port on localhost (single-process fallback only)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def check_cpu_parallel_sizes(args: argparse.Namespace) -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 from typing import Protocol
 
 from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nnodes, server_command,
                                                      sglang_server_args)
 from slime.utils.engine_client import wait_until_healthy
+from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -155,12 +155,6 @@ class SGLangEngine:
         return self.process.wait(timeout=timeout) if self.process is not None else None
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def launch(args, *, engine_rank: int, host: str, port: int, num_engines: int | None = None,
            nccl_port: int | None = None, dist_init_addr: str | None = None, base_gpu_id: int = 0,
            node_rank: int = 0, visible_devices: str | None = None, log_path: str | None = None,
@@ -176,7 +170,7 @@ def launch(args, *, engine_rank: int, host: str, port: int, num_engines: int | N
         num_engines = args.rollout_num_gpus // args.rollout_num_gpus_per_engine
     fields = sglang_server_args(
         args, engine_rank=engine_rank, num_engines=num_engines, host=host, port=port,
-        nccl_port=nccl_port if nccl_port is not None else _free_port(host), dist_init_addr=dist_init_addr,
+        nccl_port=nccl_port if nccl_port is not None else free_port(host), dist_init_addr=dist_init_addr,
         base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args))
     engine = SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
     return engine.start(timeout=timeout)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import requests
+
+from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -27,19 +28,13 @@ class RouterError(RuntimeError):
     """The router did not start, or an engine could not be registered with it."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None) -> list[str]:
     """The command line that launches sglang-router (`--router-*` flags arrive as `extra`).
     Its metrics endpoint gets a free port unless given: the default (29000) may be taken, and
     the router then fails to start."""
     extra = list(extra or [])
     if "--prometheus-port" not in extra:
-        extra += ["--prometheus-port", str(_free_port())]
+        extra += ["--prometheus-port", str(free_port())]
     return [
         sys.executable, "-m", "sglang_router.launch_router",
         "--host", host, "--port", str(port), "--policy", policy,

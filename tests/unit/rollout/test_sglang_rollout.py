@@ -7,7 +7,6 @@ answers (bounded), while without it the failure surfaces at once.
 """
 
 import asyncio
-import socket
 import subprocess
 import threading
 
@@ -22,6 +21,8 @@ from slime.utils.arguments import parse_args
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 from tests.conftest import REPO_ROOT
+
+from slime.utils.misc import free_port
 
 N_PROMPTS, N_SAMPLES = 8, 4
 
@@ -45,12 +46,6 @@ def rollout_argv(hf_dir, data_dir, n_prompts: int, n_samples: int, *extra: str) 
         "--rollout-max-response-len", "2", "--eval-prompt-data", "toy", str(data_dir / "eval.jsonl"),
         *extra,
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_router(log_path=None) -> RouterProcess:

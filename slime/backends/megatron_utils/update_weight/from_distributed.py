@@ -22,6 +22,7 @@ import torch
 
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender, run_on_engines
 from slime.utils.weight_transport import init_weight_update_group
+from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +35,6 @@ def address_towards(url: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((host, 9))  # UDP connect sends nothing; it only picks the outgoing interface
         return s.getsockname()[0]
-
-
-def free_port(address: str) -> int:
-    """A TCP port free on `address` right now."""
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def engine_tp_sizes(urls: list[str], timeout: float = 60.0) -> list[int]:

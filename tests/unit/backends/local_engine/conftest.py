@@ -1,18 +1,11 @@
 """Fixtures for the local engine tests: free ports, a running engine subprocess, HF references."""
 
-import socket
 
 import pytest
 import torch
 
 from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from slime.utils.misc import free_port
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from slime.utils.misc import free_port
+
 REPO = Path(__file__).resolve().parents[4]
 
 def model_args(script: str) -> list:
@@ -30,19 +32,11 @@ def run_tool(args, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedPr
         cmd = [sys.executable, script, *args[1:]]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--master-port", str(_free_port()), script, *args[1:]]
+               "--master-port", str(free_port()), script, *args[1:]]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def round_trip(hf_dir, work: Path, model_args, nproc: int = 1, layout=(), export_args=()) -> Path:

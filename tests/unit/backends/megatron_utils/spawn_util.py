@@ -6,18 +6,12 @@ process. Results come back through ``torch.save`` files.
 """
 
 import os
-import socket
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from slime.utils.misc import free_port
 
 
 def _entry(rank, fn, world_size, port, out_dir, kwargs):

@@ -3,7 +3,6 @@ start-up, health check, the argv and devices the server receives, stopping only 
 group, and clear errors for a server that exits at once, never answers, or lacks GPUs."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,10 @@ from slime.backends.sglang_utils.engine import SGLangEngine, launch
 from slime.utils.arguments import parse_args
 from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_ARGS
 
+from slime.utils.misc import free_port
+
 FAKE_SERVER = Path(__file__).with_name("fake_sglang_server.py")
 EIGHT_GPUS = "0,1,2,3,4,5,6,7"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _running(pid: int) -> bool:
@@ -52,7 +47,7 @@ def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     engine = None
     try:
-        engine = launch(args, engine_rank=0, host="127.0.0.1", port=_free_port(), visible_devices=EIGHT_GPUS,
+        engine = launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
                         log_path=str(tmp_path / "engine.log"), timeout=60, launcher=(sys.executable, str(FAKE_SERVER)),
                         env={"FAKE_SGLANG_RECORD": str(record)})
         assert engine.is_alive()
@@ -76,12 +71,12 @@ def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path):
 def test_server_that_exits_at_once_names_its_exit_code(args, tmp_path):
     log = tmp_path / "engine.log"
     with pytest.raises(RuntimeError, match=r"exited with code 3.*engine\.log"):
-        launch(args, engine_rank=0, host="127.0.0.1", port=_free_port(), visible_devices=EIGHT_GPUS,
+        launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
                log_path=str(log), timeout=60, launcher=(sys.executable, "-c", "import sys; sys.exit(3)"))
 
 
 def test_server_that_never_answers_times_out_and_is_stopped(args):
-    engine = SGLangEngine({"model_path": "/m", "host": "127.0.0.1", "port": _free_port()},
+    engine = SGLangEngine({"model_path": "/m", "host": "127.0.0.1", "port": free_port()},
                           launcher=(sys.executable, "-c", "import time; time.sleep(600)"))
     with pytest.raises(TimeoutError, match="not healthy"):
         engine.start(timeout=1)
@@ -90,15 +85,15 @@ def test_server_that_never_answers_times_out_and_is_stopped(args):
 
 def test_engine_needs_its_gpus_visible(args):
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='0,1'"):
-        launch(args, engine_rank=0, host="127.0.0.1", port=_free_port(), visible_devices="0,1",
+        launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices="0,1",
                launcher=(sys.executable, str(FAKE_SERVER)))
     with pytest.raises(ValueError, match="GPUs 4..11"):
-        launch(args, engine_rank=0, host="127.0.0.1", port=_free_port(), visible_devices=EIGHT_GPUS,
+        launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
                base_gpu_id=4, launcher=(sys.executable, str(FAKE_SERVER)))
 
 
 def test_start_twice_is_refused(tmp_path):
-    engine = SGLangEngine({"model_path": "/m", "host": "127.0.0.1", "port": _free_port()},
+    engine = SGLangEngine({"model_path": "/m", "host": "127.0.0.1", "port": free_port()},
                           launcher=(sys.executable, str(FAKE_SERVER)), env={"FAKE_SGLANG_RECORD": str(tmp_path / "r")})
     engine.start(timeout=60)
     try:
@@ -109,7 +104,7 @@ def test_start_twice_is_refused(tmp_path):
 
 
 def test_non_zero_node_rank_does_not_wait_for_http():
-    fields = {"model_path": "/m", "host": "127.0.0.1", "port": _free_port(), "tp_size": 16, "nnodes": 2,
+    fields = {"model_path": "/m", "host": "127.0.0.1", "port": free_port(), "tp_size": 16, "nnodes": 2,
               "node_rank": 1, "dist_init_addr": "127.0.0.1:5000", "base_gpu_id": 0}
     engine = SGLangEngine(fields, visible_devices=EIGHT_GPUS,
                           launcher=(sys.executable, "-c", "import time; time.sleep(600)"))
