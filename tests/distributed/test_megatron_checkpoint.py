@@ -221,7 +221,7 @@ def test_save_hf_writes_weights_transformers_reads(tiny_moe_hf, tmp_path, world,
 def test_plain_args_drops_secrets_and_objects():
     import argparse
 
-    from slime.backends.megatron_utils.checkpoint import plain_args
+    from slime.backends.megatron_utils.torch_dist import plain_args
 
     args = argparse.Namespace(lr=0.1, wandb_key="s3cret", hf_token="t", max_tokens_per_gpu=8,
                               ranks=[1, 2], fn=print, name=None)
@@ -230,7 +230,7 @@ def test_plain_args_drops_secrets_and_objects():
 
 
 def test_read_tracker(tmp_path):
-    from slime.backends.megatron_utils.checkpoint import read_tracker
+    from slime.backends.megatron_utils.torch_dist import read_tracker
 
     assert read_tracker(tmp_path) is None
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("12\n")

@@ -1,11 +1,9 @@
 """HF <-> Megatron ``torch_dist`` checkpoint conversion (the two tools' library half).
 
 Owns the converters' argument parsing (Megatron-LM MODEL_ARGS via the shared
-megatron argument domain), the MODEL_ARGS vs HF ``config.json`` check, writing a
-Megatron-LM style ``torch_dist`` checkpoint (``iter_{:07d}/`` plus
-``latest_checkpointed_iteration.txt``; common state with ``args``,
-``checkpoint_version``, ``iteration`` and the model's sharded state dict under
-``model``) and reading one back on a single rank for HF export.
+megatron argument domain), the MODEL_ARGS vs HF ``config.json`` check, and the two
+conversions; the ``torch_dist`` layout itself (writing, reading, the tracker file) is
+``torch_dist.py``'s.
 """
 
 import argparse
@@ -16,16 +14,9 @@ from typing import Optional
 
 import torch
 
+from slime.backends.megatron_utils.torch_dist import load_torch_dist, save_model
+
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_VERSION = 3.0
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-
-
-def iteration_dir(save_dir, iteration: int) -> Path:
-    """Megatron-LM's per-iteration folder: ``<save>/iter_{iteration:07d}``."""
-    return Path(save_dir) / f"iter_{iteration:07d}"
-
 
 def _megatron_parser(description: str) -> argparse.ArgumentParser:
     from slime.utils.arguments import megatron as megatron_domain
@@ -78,64 +69,6 @@ def check_model_args(args: argparse.Namespace, hf_config: dict, hf_dir) -> None:
         )
 
 
-def _model_sharded_state(model) -> dict:
-    return model.sharded_state_dict()
-
-
-def save_torch_dist(model, args: argparse.Namespace, save_dir, iteration: int = 0) -> Path:
-    """Write ``model`` (this rank's chunk) as a Megatron-LM torch_dist checkpoint; all ranks call.
-
-    Layout: ``<save>/iter_{iteration:07d}/`` (dist_checkpointing files, common state with
-    ``args``, ``checkpoint_version``, ``iteration``, ``model``) and ``<save>/TRACKER_FILE``.
-    """
-    import torch.distributed as dist
-    from megatron.core import dist_checkpointing
-
-    # Imported here: checkpoint.py imports this module's layout helpers at its top.
-    from slime.backends.megatron_utils.checkpoint import in_process_save_strategy, plain_args
-
-    ckpt_dir = iteration_dir(save_dir, iteration)
-    if dist.get_rank() == 0:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
-    state = {
-        "args": plain_args(args),
-        "checkpoint_version": CHECKPOINT_VERSION,
-        "iteration": iteration,
-        "model": _model_sharded_state(model),
-    }
-    # megatron's default writer forks per file and waits on children that die without psutil
-    # (0.16.1); the in-process strategy writes the same format without Manager or fork.
-    dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
-    dist.barrier()
-    if dist.get_rank() == 0:
-        (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
-    dist.barrier()
-    logger.info("saved torch_dist checkpoint %s", ckpt_dir)
-    return ckpt_dir
-
-
-def load_torch_dist(model, ckpt_dir) -> dict:
-    """Load a torch_dist checkpoint folder into ``model`` (any saved layout -> this layout).
-
-    Returns the common state (``args``, ``iteration``, ``checkpoint_version``).
-    """
-    from megatron.core import dist_checkpointing
-
-    ckpt_dir = Path(ckpt_dir)
-    if not (ckpt_dir / "metadata.json").is_file():
-        raise FileNotFoundError(
-            f"{ckpt_dir} is not a torch_dist checkpoint folder (no metadata.json); "
-            "--input-dir must be <save>/iter_XXXXXXX"
-        )
-    loaded = dist_checkpointing.load({"model": _model_sharded_state(model)}, str(ckpt_dir))
-    missing, unexpected = model.load_state_dict(loaded["model"], strict=False)
-    missing = [k for k in missing if not k.endswith("_extra_state")]
-    if missing or unexpected:
-        raise RuntimeError(f"{ckpt_dir}: missing keys {missing}, unexpected keys {unexpected}")
-    return dist_checkpointing.load_common_state_dict(str(ckpt_dir))
-
-
 def convert_hf_to_torch_dist(args: argparse.Namespace) -> Path:
     """Build this rank's GPTModel, fill it from ``--hf-checkpoint``, save to ``--save``.
 
@@ -156,7 +89,7 @@ def convert_hf_to_torch_dist(args: argparse.Namespace) -> Path:
         hf.config, args.make_vocab_size_divisible_by, args.tensor_model_parallel_size
     )
     load_hf_weights(model, hf, wmap, shard_context_for(model, wmap.num_experts))
-    return save_torch_dist(model, args, args.save, iteration=0)
+    return save_model(model, args, args.save, iteration=0)
 
 
 def _export_args(args: Optional[argparse.Namespace], hf_config: dict, saved_args) -> argparse.Namespace:

@@ -1,0 +1,200 @@
+"""The Megatron-LM ``torch_dist`` checkpoint layout and the writer every save goes through.
+
+Layout: ``{save}/iter_{iteration:07d}/`` holds the dist_checkpointing files and
+``{save}/latest_checkpointed_iteration.txt`` the iteration, written by rank 0 after every rank
+finished; the common state carries ``checkpoint_version`` (3.0), ``iteration`` and ``args`` (a
+Namespace of plain values without secrets: Megatron-LM readers use getattr on it). Trainer
+checkpoints (`checkpoint.py`) and the HF converter (`hf_convert.py`) both write through
+`write_torch_dist`.
+
+Save strategy. megatron-core's default torch_dist writer (`FileSystemWriterAsync`) creates a
+`multiprocessing.Manager` with the *spawn* start method for its results queue (once per process)
+and then *forks* one writer process per file, and the parent waits on a joinable queue that each
+child marks done. It can hang three ways, the first two seen here: (1) the spawn re-imports the
+caller's `__main__` (a script without a `__main__` guard hangs there: DESIGN.md section 2); (2)
+the forked writer calls `_process_memory()`, which raises without `psutil` (not installed here)
+*before* its try block, so the child dies without marking the queue and the parent waits forever
+(seen: a 1-rank `dist_checkpointing.save` with the default strategy never returns); (3) forking a
+process that runs many threads (Ray actor workers, gloo's threads) can leave the child holding a
+lock no thread will release. `thread_count=1` avoids none of them (it only makes one bucket).
+`in_process_save_strategy()` keeps megatron's planning, deduplication, metadata and file format
+(loaded by megatron's default torch_dist load strategy, any layout) but writes this rank's single
+file in the calling process: no Manager, no fork. Saving is therefore synchronous; `--async-save`
+is accepted and the save stays synchronous (logged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import re
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 3.0
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+_SECRET = re.compile(r"(^|_)(key|token|secret|password)$")
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def iteration_dir(save_dir, iteration: int) -> Path:
+    """Megatron-LM's per-iteration folder: ``<save>/iter_{iteration:07d}``."""
+    return Path(save_dir) / f"iter_{iteration:07d}"
+
+
+def read_tracker(load_dir) -> int | None:
+    """Iteration in `{load_dir}/latest_checkpointed_iteration.txt`, None when the file is absent."""
+    tracker = Path(load_dir) / TRACKER_FILE
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker}: expected an iteration number, found {text!r}")
+    return int(text)
+
+
+def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
+    """Copy of `args` with plain values only (lists/tuples of plain values kept), secrets dropped,
+    `extra` added (the saver adds `world_size`)."""
+    out = {}
+    for key, value in vars(args).items():
+        if _SECRET.search(key):
+            continue
+        plain_list = isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value)
+        if isinstance(value, _PLAIN) or plain_list:
+            out[key] = value
+    out.update(extra)
+    return argparse.Namespace(**out)
+
+
+def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """CPU tensor whose storage is exactly its data (torch.save of a view writes the whole buffer:
+    DDP parameters are views into one contiguous buffer)."""
+    tensor = tensor.detach().to("cpu")
+    whole = tensor.is_contiguous() and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    return tensor if whole else tensor.clone()
+
+
+def _writer_class():
+    from megatron.core.dist_checkpointing.strategies.filesystem_async import (
+        FileSystemWriterAsync,
+        _split_by_size_and_type,
+    )
+    from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, SerializationFormat, _write_item
+    from torch.distributed.checkpoint.planner import WriteItemType
+
+    class InProcessWriter(FileSystemWriterAsync):
+        """One file per rank, written by the calling process (see the module docstring)."""
+
+        def prepare_write_data(self, plan, planner) -> None:
+            prefix = plan.storage_data.prefix
+            self.write_buckets = []
+            for bucket in (b for b in _split_by_size_and_type(1, plan.items) if b):
+                name = f"{prefix}{len(self.write_buckets)}{DEFAULT_SUFFIX}"
+                data = [(item, planner.resolve_data(item)) for item in bucket]
+                as_bytes = [(i, d) for i, d in data if i.type == WriteItemType.BYTE_IO]
+                tensors = [(i, _own_storage(d)) for i, d in data if i.type != WriteItemType.BYTE_IO]
+                self.write_buckets.append((str(Path(self.checkpoint_dir) / name), name, (as_bytes, tensors)))
+            self.results_queue = queue.Queue()
+
+        def get_save_function_and_args(self):
+            return self._write_all, None, []
+
+        def _write_all(self) -> None:
+            results = {}
+            for idx, (path, storage_key, (as_bytes, tensors)) in enumerate(self.write_buckets):
+                with open(path, "wb") as stream:
+                    results[idx] = [_write_item(self.transforms, stream, data, item, storage_key,
+                                                           SerializationFormat.TORCH_SAVE)
+                                    for item, data in as_bytes + tensors]
+                    os.fsync(stream.fileno())
+            self.results_queue.put(results)
+
+    return InProcessWriter
+
+
+def in_process_save_strategy():
+    """megatron-core torch_dist save strategy whose writes stay in this process (no Manager/fork)."""
+    from megatron.core.dist_checkpointing.strategies.state_dict_saver import save_state_dict_async_plan
+    from megatron.core.dist_checkpointing.strategies.torch import (
+        MCoreSavePlanner,
+        TorchDistSaveShardedStrategy,
+        _replace_state_dict_keys_with_sharded_keys,
+        mcore_to_pyt_state_dict,
+    )
+
+    writer_cls = _writer_class()
+
+    class InProcessTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
+        """TorchDistSaveShardedStrategy with `InProcessWriter` and no cached plans."""
+
+        def async_save(self, sharded_state_dict, checkpoint_dir):
+            sharded, _, _ = _replace_state_dict_keys_with_sharded_keys(sharded_state_dict, self.keep_only_main_replica)
+            writer = writer_cls(checkpoint_dir, thread_count=1)
+            planner = MCoreSavePlanner(dedup_replicated_tensors=not self.keep_only_main_replica,
+                                       flatten_state_dict=False)
+            ret = save_state_dict_async_plan(mcore_to_pyt_state_dict(sharded, False), writer, None, 0,
+                                             planner=planner)
+            return self._get_save_and_finalize_callbacks(writer, ret[0])
+
+    return InProcessTorchDistSaveStrategy("torch_dist", 1, thread_count=1)
+
+
+def write_torch_dist(state: dict, save_dir, iteration: int) -> Path:
+    """Save a (sharded) state dict as ``iter_{iteration:07d}`` of ``save_dir`` and point the tracker
+    file at it. Every rank calls; returns the iteration folder."""
+    from megatron.core import dist_checkpointing
+
+    ckpt_dir = iteration_dir(save_dir, iteration)
+    if dist.get_rank() == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
+    dist.barrier()
+    if dist.get_rank() == 0:
+        (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
+    dist.barrier()
+    return ckpt_dir
+
+
+def save_model(model, args: argparse.Namespace, save_dir, iteration: int = 0) -> Path:
+    """Write ``model`` (this rank's chunk) as a weights-only torch_dist checkpoint (the HF
+    converter's output: model, ``args``, ``checkpoint_version``, ``iteration``); all ranks call."""
+    state = {
+        "args": plain_args(args),
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "iteration": iteration,
+        "model": model.sharded_state_dict(),
+    }
+    ckpt_dir = write_torch_dist(state, save_dir, iteration)
+    logger.info("saved torch_dist checkpoint %s", ckpt_dir)
+    return ckpt_dir
+
+
+def load_torch_dist(model, ckpt_dir) -> dict:
+    """Load a torch_dist checkpoint folder into ``model`` (any saved layout -> this layout).
+
+    Returns the common state (``args``, ``iteration``, ``checkpoint_version``).
+    """
+    from megatron.core import dist_checkpointing
+
+    ckpt_dir = Path(ckpt_dir)
+    if not (ckpt_dir / "metadata.json").is_file():
+        raise FileNotFoundError(
+            f"{ckpt_dir} is not a torch_dist checkpoint folder (no metadata.json); "
+            "--input-dir must be <save>/iter_XXXXXXX"
+        )
+    loaded = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
+    missing, unexpected = model.load_state_dict(loaded["model"], strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise RuntimeError(f"{ckpt_dir}: missing keys {missing}, unexpected keys {unexpected}")
+    return dist_checkpointing.load_common_state_dict(str(ckpt_dir))
+
+
