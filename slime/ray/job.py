@@ -178,13 +178,12 @@ class RolloutSide:
         self.onload()
         if self.weights_from is not None:
             self.weights_from.resync_restarted_engines(self)
-        return time.monotonic(), self.manager.generate.remote(rollout_id)
+        return self.manager.generate.remote(rollout_id)
 
     def collect(self, handle) -> tuple[object, dict]:
-        """(train data, metrics) of a submitted rollout; waits for it."""
-        started, ref = handle
-        data, metrics = ray.get(ref)
-        return data, {**metrics, "perf/rollout_time": time.monotonic() - started}
+        """(train data, metrics) of a submitted rollout; waits for it. `perf/rollout_time` is the
+        manager's own generation time (with train_async the wait here overlaps training)."""
+        return ray.get(handle)
 
     def evaluate(self, rollout_id: int) -> dict:
         metrics: dict = {}
