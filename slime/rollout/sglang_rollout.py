@@ -29,7 +29,6 @@ from slime.utils.misc import load_function
 from slime.utils.plugins import (
     call_custom_generate,
     call_dynamic_filter,
-    call_reward_fn,
     call_sample_hook,
 )
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -190,16 +189,8 @@ async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: 
     if not args.group_rm:
         for s in samples:
             if s.reward is None and s.status != Sample.Status.ABORTED:
-                s.reward = await _reward(args, s)
+                s.reward = await async_rm(args, s)
     return samples
-
-
-async def _reward(args, sample_or_group, group: bool = False):
-    if args.custom_rm_path:
-        return await call_reward_fn(load_function(args.custom_rm_path), args, sample_or_group, group=group)
-    if group:
-        return await batched_async_rm(args, sample_or_group)
-    return await async_rm(args, sample_or_group)
 
 
 async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampling_params: dict, evaluation: bool) -> list[Sample]:
@@ -208,7 +199,7 @@ async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampli
     results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
     samples = [s for r in results for s in r]
     if ctx.args.group_rm and not any(s.status == Sample.Status.ABORTED for s in samples):
-        rewards = await _reward(ctx.args, samples, group=True)
+        rewards = await batched_async_rm(ctx.args, samples)
         for s, r in zip(samples, rewards):
             s.reward = r
     return samples

@@ -141,12 +141,13 @@ def _is_reward(value: Any) -> bool:
     return isinstance(value, (numbers.Real, dict))
 
 
-async def call_reward_fn(fn: Callable, args, sample_or_samples, group: bool = False):
-    """Call `--custom-rm-path` (sync or async) on one Sample, or on a group with `--group-rm`.
+async def call_reward_fn(fn: Callable, args, sample_or_samples, group: bool = False, **kwargs):
+    """Call `--custom-rm-path` (sync or async) on one Sample, or on a group with `--group-rm`;
+    `kwargs` are passed through to the user function.
 
     Returns a float/dict reward, or (group) a list of them with one entry per sample.
     """
-    out = await _maybe_await(fn(args, sample_or_samples))
+    out = await _maybe_await(fn(args, sample_or_samples, **kwargs))
     if not group:
         if not _is_reward(out):
             raise _bad("custom_rm_path", fn, "a float or a dict", out)

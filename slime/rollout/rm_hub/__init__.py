@@ -19,6 +19,7 @@ from typing import Any
 
 from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
 from slime.utils.misc import load_function
+from slime.utils.plugins import call_reward_fn
 
 __all__ = ["async_rm", "batched_async_rm", "resolve_rm_type"]
 
@@ -37,9 +38,13 @@ def resolve_rm_type(args, sample) -> str:
 
 
 async def _call_custom(path: str, args, sample_or_samples, **kwargs) -> Any:
-    """Call the custom reward function at `path` (async, or sync for convenience)."""
-    out = load_function(path)(args, sample_or_samples, **kwargs)
-    return await out if inspect.isawaitable(out) else out
+    """Call the custom reward function at `path` (async, or sync for convenience). One sample's
+    reward is checked by the plugin layer; a group's count is checked by `batched_async_rm`."""
+    fn = load_function(path)
+    if isinstance(sample_or_samples, list):
+        out = fn(args, sample_or_samples, **kwargs)
+        return await out if inspect.isawaitable(out) else out
+    return await call_reward_fn(fn, args, sample_or_samples, **kwargs)
 
 
 async def async_rm(args, sample, **kwargs) -> Any:
