@@ -254,18 +254,9 @@ def check_save_hf(args) -> None:
 
 
 def save_hf(args, model, rollout_id: int) -> Path:
-    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)`. Collective: TP
-    and expert shards are gathered through the weight export (every rank iterates), rank 0
-    writes; config/tokenizer are copied from `--hf-checkpoint`. Needs PP = 1."""
-    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
-    from slime.backends.megatron_utils.weight_export import iter_hf_named_tensors
+    """Write HF safetensors of `model` to `args.save_hf.format(rollout_id=...)` (collective; config
+    and tokenizer copied from `--hf-checkpoint`). Needs PP = 1."""
+    from slime.backends.megatron_utils.weight_export import write_hf_checkpoint
 
     check_save_hf(args)
-    out = Path(args.save_hf.format(rollout_id=rollout_id))
-    config = read_hf_config(args.hf_checkpoint)
-    dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
-    named = [(name, t.to(dtype)) for name, t in iter_hf_named_tensors(unwrap(model), config, args)]
-    if dist.get_rank() == 0:
-        save_hf_checkpoint(named, out, args.hf_checkpoint)
-    dist.barrier()
-    return out
+    return write_hf_checkpoint(unwrap(model), args, args.hf_checkpoint, args.save_hf.format(rollout_id=rollout_id))

@@ -12,11 +12,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from slime.backends.megatron_utils.torch_dist import load_torch_dist, save_model
 
 logger = logging.getLogger(__name__)
+
 
 def _megatron_parser(description: str) -> argparse.ArgumentParser:
     from slime.utils.arguments import megatron as megatron_domain
@@ -125,11 +124,10 @@ def convert_torch_dist_to_hf(input_dir, output_dir, origin_hf_dir, args=None) ->
     """
     from megatron.core import dist_checkpointing
 
-    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
-    from slime.backends.megatron_utils.hf_loader import export_hf_weights
+    from slime.backends.megatron_utils.hf_io import read_hf_config
     from slime.backends.megatron_utils.model_provider import build_model_for_stage
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.backends.megatron_utils.weight_export import write_hf_checkpoint
 
     hf_config = read_hf_config(origin_hf_dir)
     saved = dist_checkpointing.load_common_state_dict(str(input_dir)).get("args")
@@ -137,7 +135,5 @@ def convert_torch_dist_to_hf(input_dir, output_dir, origin_hf_dir, args=None) ->
     initialize_megatron(args, rank=0, world_size=1)
     model = build_model_for_stage(args)
     load_torch_dist(model, input_dir)
-    wmap = weight_map_for(hf_config, args.make_vocab_size_divisible_by, 1)
-    dtype = getattr(torch, str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32"))
-    named = ((name, t.to(dtype)) for name, t in export_hf_weights(model, wmap))
-    return save_hf_checkpoint(named, output_dir, origin_hf_dir)
+    sizes = {"make_vocab_size_divisible_by": args.make_vocab_size_divisible_by, "tensor_model_parallel_size": 1}
+    return write_hf_checkpoint(model, sizes, origin_hf_dir, output_dir)

@@ -2,12 +2,11 @@
 
 Owns ``shard_context_for`` (this rank's ``ShardContext`` from megatron's
 parallel_state and the model's layer numbers), ``load_hf_weights`` (fill every local
-parameter from HF tensors through a ``WeightMap``) and ``export_hf_weights`` (HF
-tensors from an unsharded model: TP = PP = EP = 1).
+parameter from HF tensors through a ``WeightMap``), and MODEL_ARGS / args built from an HF
+config. The way back (Megatron -> HF, any sharding) is ``weight_export``.
 """
 
 import logging
-from typing import Iterator
 
 import torch
 
@@ -64,14 +63,6 @@ def load_hf_weights(model, hf, wmap: WeightMap, ctx: ShardContext) -> int:
         count += 1
     logger.info("loaded %d HF-mapped parameters", count)
     return count
-
-
-@torch.no_grad()
-def export_hf_weights(model, wmap: WeightMap) -> Iterator:
-    """Yield ``(hf_name, tensor)`` for every parameter of an unsharded model, CPU copies."""
-    for name, param in model.named_parameters():
-        for hf_name, tensor in wmap.to_hf(name, param.detach()):
-            yield hf_name, tensor.to("cpu").clone()
 
 
 # Non-shape defaults for a model built from an HF config alone (converters, tests).

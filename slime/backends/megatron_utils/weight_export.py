@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
@@ -132,3 +133,18 @@ def iter_hf_buckets(model, hf_config: dict, args_or_sizes, bucket_bytes: int, to
     most ``bucket_bytes`` bytes, except a single tensor larger than that, which goes alone.
     """
     return bucket_by_bytes(iter_hf_named_tensors(model, hf_config, args_or_sizes, to_cpu), bucket_bytes)
+
+
+def write_hf_checkpoint(model, args_or_sizes, origin_hf_dir, output_dir) -> Path:
+    """Write ``model`` (one pipeline stage holding every layer) as an HF checkpoint in the origin
+    config's dtype, with the origin's config and tokenizer files. Collective: TP and expert
+    shards are gathered on every rank, rank 0 writes."""
+    from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
+
+    config = read_hf_config(origin_hf_dir)
+    dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
+    named = [(name, t.to(dtype)) for name, t in iter_hf_named_tensors(model, config, args_or_sizes)]
+    if dist.get_rank() == 0:
+        save_hf_checkpoint(named, output_dir, origin_hf_dir)
+    dist.barrier()
+    return Path(output_dir)
