@@ -22,6 +22,9 @@ def single_rank(tiny_moe_hf, tiny_dense_hf, tmp_path_factory):
 LAYOUTS = {
     "dp2-moe": ("moe", []),
     "ep2-moe": ("moe", ["--expert-model-parallel-size", "2"]),
+    # micro-batches of at most 12 tokens: the ranks must agree on how many micro-batches they run
+    "ep2-moe-dynamic": ("moe", ["--expert-model-parallel-size", "2", "--use-dynamic-batch-size",
+                                "--max-tokens-per-gpu", "12"]),
     "pp2-moe": ("moe", ["--pipeline-model-parallel-size", "2"]),
     "tp2-dense": ("dense", ["--tensor-model-parallel-size", "2"]),
     "tp2-sp-moe": ("moe", ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),

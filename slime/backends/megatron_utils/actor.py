@@ -68,10 +68,7 @@ class MegatronTrainer:
         args = self.args
         lengths = [len(rollout_data["tokens"][i]) for i in indices]
         if args.use_dynamic_batch_size:
-            groups = dynamic_microbatches(lengths, max_tokens)
-            count = torch.tensor(len(groups))
-            dist.all_reduce(count, op=dist.ReduceOp.MAX, group=_mpu().get_data_parallel_group())
-            groups = dynamic_microbatches(lengths, max_tokens, num=int(count))
+            groups = self._agreed_microbatches(lengths, max_tokens)
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
@@ -83,6 +80,20 @@ class MegatronTrainer:
         lengths = self._padded_lengths(rollout_data, groups)
         return [ts.build_micro_batch(rollout_data, g, pad_to=pad, with_mask=with_mask, device=device,
                                      keys=keys, min_length=n) for g, n in zip(groups, lengths)]
+
+    @staticmethod
+    def _agreed_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+        """Token-balanced micro-batches, the same count on every data-parallel rank (the schedule's
+        collectives pair up micro-batch by micro-batch). Packing with a forced count may need one
+        more micro-batch on some rank, so ranks agree on (max, -min) until both are equal."""
+        num = 1
+        while True:
+            groups = dynamic_microbatches(lengths, max_tokens, num=num)
+            counts = torch.tensor([len(groups), -len(groups)])
+            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=_mpu().get_data_parallel_group())
+            if int(counts[0]) == -int(counts[1]):
+                return groups
+            num = int(counts[0])
 
     def _padded_lengths(self, rollout_data: dict, groups: list[list[int]]) -> list[int]:
         """Row length of each micro-batch. Pipeline stages exchange fixed-shape activations
