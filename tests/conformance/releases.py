@@ -10,7 +10,7 @@ outside the clone and keyed by version, so later runs and later clones reuse it:
 
 The pure-Python packages sglang imports at load come with slime's `conformance` extra
 (setup.py). `scripts/test.sh` runs this file before pytest; `test_sglang_releases.py` runs the
-checks under `tests/conformance/sglang/` once per release with `pythonpath(version)`.
+checks under `tests/conformance/against_sglang/` once per release with `pythonpath(version)`.
 
 Usage: `python tests/conformance/releases.py` (installs what is missing; idempotent).
 """
