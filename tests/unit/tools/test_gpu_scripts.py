@@ -171,6 +171,6 @@ def test_docs_name_real_flags_and_files(repo_root):
         known |= _tool_flags(repo_root, tool)
     for doc in ("quick-start.md", "gpu-guide.md", "architecture.md"):
         text = (repo_root / "docs" / doc).read_text()
-        assert not set(re.findall(FLAG_RE, text)) - known, f"docs/{doc}: unknown flags"
+        assert not set(re.findall(FLAG_RE, text)) - known, f"docs/{doc}: unknown flags {set(re.findall(FLAG_RE, text)) - known}"
         paths = set(re.findall(r"\b((?:scripts|tools|slime|docs|tests)/[\w./-]*\w/?)", text))
         assert paths and not {p for p in paths if not (repo_root / p).exists()}, f"docs/{doc}: missing paths"
