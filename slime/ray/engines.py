@@ -164,7 +164,7 @@ class RolloutEngine:
     def __init__(self, args, engine_rank: int, kind: str, num_threads: int = 1, log_dir: str | None = None,
                  nodes: list[EngineNode] | None = None, placement: JobPlacement | None = None):
         """Remember how to launch; nothing starts until `start()`."""
-        self.args, self.engine_rank, self.kind_name, self.kind = args, engine_rank, kind, ENGINE_KINDS[kind]
+        self.args, self.engine_rank, self.kind = args, engine_rank, ENGINE_KINDS[kind]
         self.num_threads = num_threads
         self.log_dir = log_dir
         self.node = nodes[0] if nodes else None
