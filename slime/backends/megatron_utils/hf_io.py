@@ -42,11 +42,17 @@ def read_hf_config(hf_dir) -> dict:
 
 
 class HFCheckpoint:
-    """Lazy reader of an HF safetensors checkpoint folder (no tensor read until ``get``)."""
+    """Lazy reader of an HF safetensors checkpoint folder (no tensor read until ``get``).
+
+    A block-FP8 checkpoint (``quantization_config.quant_method == "fp8"``) reads back as float32:
+    ``get`` dequantises each float8 weight with its ``weight_scale_inv`` (``slime.utils.fp8``)."""
 
     def __init__(self, hf_dir):
+        from slime.utils.fp8 import fp8_config_from_hf
+
         self.dir = Path(hf_dir)
         self.config = read_hf_config(self.dir)
+        self.fp8 = fp8_config_from_hf(self.config)
         self._file_of = self._build_index()
         self._handles = {}
 
@@ -70,12 +76,17 @@ class HFCheckpoint:
         """Tensor ``name`` (CPU); raises KeyError naming the folder when absent."""
         from safetensors import safe_open
 
+        from slime.utils.fp8 import FP8_DTYPE, SCALE_SUFFIX, dequantize_block
+
         if name not in self._file_of:
             raise KeyError(f"tensor {name!r} not found in HF checkpoint {self.dir}")
         fname = self._file_of[name]
         if fname not in self._handles:
             self._handles[fname] = safe_open(str(self.dir / fname), framework="pt")
-        return self._handles[fname].get_tensor(name)
+        tensor = self._handles[fname].get_tensor(name)
+        if self.fp8 is not None and tensor.dtype == FP8_DTYPE:
+            return dequantize_block(tensor, self.get(name + SCALE_SUFFIX), self.fp8.block_size)
+        return tensor
 
 
 def _shards(named: Iterable, max_shard_bytes: int) -> list:
