@@ -3,7 +3,8 @@ engine serving the tiny block-FP8 checkpoint (`--hf-checkpoint` points at it, as
 do) and into one serving the unquantised checkpoint.
 
 What must hold after a train step and a sync:
-- the tensors sent have exactly the names, dtypes and shapes of the FP8 checkpoint;
+- the tensors sent have exactly the names, dtypes and shapes of the FP8 checkpoint, and the
+  distributed and the tensor (colocated) senders leave the engine in the same state;
 - the FP8 engine computes with exactly the block-quantised trained weights (its log-probs equal
   transformers' on dequantise(quantise(trained weights)) within 1e-5);
 - its log-probs match the trainer's within the FP8 tolerance below, and are not equal to them
@@ -59,6 +60,7 @@ def engines(tiny_moe_fp8_hf, tiny_moe_hf, tmp_path_factory):
 def _worker(rank: int, world: int, port: int, plain_dir: str, fp8_dir: str, urls: dict, out: str):
     from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
     from slime.backends.megatron_utils.parallel import destroy_parallel
+    from slime.backends.megatron_utils.update_weight import build_weight_sender
     from slime.backends.megatron_utils.update_weight.check import check_engines_match_trainer
     from slime.backends.megatron_utils.weight_export import is_weight_sender, iter_hf_named_tensors
 
@@ -70,6 +72,9 @@ def _worker(rank: int, world: int, port: int, plain_dir: str, fp8_dir: str, urls
     sent = [(n, str(t.dtype).removeprefix("torch."), list(t.shape))
             for bucket in trainer._weight_sender.buckets() for n, t in bucket]  # collective
     fp8_diff = check_engines_match_trainer(trainer, [urls["fp8"]], atol=float("inf"))
+    # the same weights again through the colocated (tensor) sender
+    build_weight_sender(args, trainer.model, [urls["fp8"]], kind="tensor").update_weights("fp8-tensor")
+    tensor_diff = check_engines_match_trainer(trainer, [urls["fp8"]], atol=float("inf"))
     named = dict(iter_hf_named_tensors(trainer.model, read_hf_config(plain_dir), args))
     if is_weight_sender():
         save_hf_checkpoint(named.items(), Path(out) / "trained", origin_hf_dir=plain_dir)
@@ -78,7 +83,7 @@ def _worker(rank: int, world: int, port: int, plain_dir: str, fp8_dir: str, urls
     trainer.update_weights([urls["plain"]], "plain-1")
     plain_diff = check_engines_match_trainer(trainer, [urls["plain"]], atol=float("inf"))
     if rank == 0:
-        (Path(out) / "result.json").write_text(json.dumps({"fp8": fp8_diff, "plain": plain_diff}))
+        (Path(out) / "result.json").write_text(json.dumps({"fp8": fp8_diff, "tensor": tensor_diff, "plain": plain_diff}))
     destroy_parallel()
 
 
@@ -110,7 +115,7 @@ def test_fp8_engine_serves_the_quantised_trained_weights(synced, engines, tiny_m
     prompt = probe_prompt(128)
     res = SyncEngineClient(engines["fp8"]).generate({"input_ids": prompt, "return_logprob": True,
                                                      "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
-    assert res["meta_info"]["weight_version"] == "fp8-1"
+    assert res["meta_info"]["weight_version"] == "fp8-tensor"
     got = torch.tensor([e[0] for e in res["meta_info"]["output_token_logprobs"]])
     torch.testing.assert_close(got, hf_logprobs(model, prompt, res["output_ids"], 0.0), atol=1e-5, rtol=0)
 
@@ -131,6 +136,7 @@ def test_fp8_engine_matches_the_trainer_within_the_fp8_bound(synced, engines):
         "temperature": 0, "max_new_tokens": 8, "ignore_eos": True}})["output_ids"]
     tol = 2 * 2.0 ** -4 * _logit_spread(synced / "trained", prompt, out)
     assert 1e-4 < fp8 <= tol, (fp8, tol)
+    assert result["tensor"] == result["fp8"]  # distributed and tensor senders deliver the same bytes
     assert plain <= 1e-5 and plain * 10 < fp8, (plain, fp8)
 
 

@@ -67,15 +67,16 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
     def buckets():
         return iter_hf_buckets(model, hf_config, args, args.update_weight_buffer_size, to_cpu=to_cpu)
 
+    role = megatron_role()
     fp8 = fp8_config_from_hf(hf_config)
-    if fp8 is not None:  # an FP8 engine checkpoint: send its names, dtypes and shapes
+    if fp8 is not None and role.is_sender:  # an FP8 engine checkpoint: send its names, dtypes, shapes
         buckets = quantized_buckets(buckets, fp8)
 
     extra = {}
     if kind == "disk":
         extra = {"directory": disk_dir or os.path.join(tempfile.gettempdir(), "slime_weight_sync"),
                  "hf_checkpoint": args.hf_checkpoint}
-    sender = SENDERS[kind](engine_urls, buckets, role=megatron_role(), **extra)
+    sender = SENDERS[kind](engine_urls, buckets, role=role, **extra)
     sender.connect()
     return sender
 
