@@ -31,6 +31,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+from slime.utils.fp8 import wire_view
+
 _BACKENDS = {
     "gloo": ("cpu", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout)),
     "nccl": ("cuda", lambda store, rank, size, timeout: dist.ProcessGroupNCCL(store, rank, size)),
@@ -53,7 +55,7 @@ class WeightUpdateGroup:
         """Broadcast `tensor` in place from `src` (blocking); every member calls it in the same order."""
         opts = dist.BroadcastOptions()
         opts.rootRank = src
-        self.pg.broadcast([tensor], opts).wait()
+        self.pg.broadcast([wire_view(tensor, self.device)], opts).wait()  # float8 as bytes on gloo
 
 
 def init_weight_update_group(master_address: str, master_port: int, rank: int, world_size: int,

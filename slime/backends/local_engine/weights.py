@@ -7,6 +7,8 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
 - distributed: a `WeightUpdateGroup` (see `slime.utils.weight_transport` for the rendezvous), one
   broadcast from rank 0 per tensor, in the order of `names`;
 - tensor: a /dev/shm safetensors handle (format in `slime.utils.weight_transport`).
+An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv) pairs by every
+source and dequantises them (`local_engine.fp8`); a float tensor for an FP8 weight is refused.
 Memory release drops the KV cache and moves the weights away: on CPU into a torch file in a
 private temp dir (the parameters become empty tensors), on CUDA into host memory; resume puts
 them back. While released the scheduler holds (requests queue).
@@ -58,8 +60,9 @@ def resolve_parameter(params: dict, name: str) -> torch.Tensor:
 class WeightManager:
     """Applies weight updates to `model` and tracks the weight version."""
 
-    def __init__(self, model, scheduler, weight_version: str = "default") -> None:
+    def __init__(self, model, scheduler, weight_version: str = "default", fp8=None) -> None:
         self.model, self.scheduler = model, scheduler
+        self.fp8 = fp8  # `local_engine.fp8.Fp8Weights` when the served checkpoint is block FP8
         self.version = str(weight_version)
         self._groups: dict = {}
         self._stash: dict | None = None
@@ -77,6 +80,8 @@ class WeightManager:
         """
         if self._stash is not None:
             raise RequestError("weights are released; call /resume_memory_occupation before updating them")
+        if self.fp8 is not None:  # (weight fp8, weight_scale_inv) pairs -> dequantised weights
+            named = self.fp8.dequantize_named(named)
         params = dict(self.model.named_parameters(remove_duplicate=False))
         pairs = []
         for name, tensor in named:  # validate everything before touching the model
@@ -147,6 +152,8 @@ class WeightManager:
             raise RequestError("names, dtypes and shapes must have the same length")
         group = self._groups[group_name]
         device = "cuda" if group.device == "cuda" else "cpu"
+        if self.fp8 is not None:  # received whole, then dequantised pairwise
+            return self.load_named_tensors(self.fp8.receive(group, names, dtypes, shapes, device), weight_version)
         with self.scheduler.model_lock, torch.no_grad():
             plan, error = self._plan_receive(names, dtypes, shapes, device)
             for buffer, target in plan:

@@ -167,7 +167,7 @@ def test_docs_name_real_flags_and_files(repo_root):
     known = set(EXTERNAL_FLAGS) | {entry["flag"] for entry in fallback_server_arg_fields()}
     for entry in ("train", "train_async"):
         known |= {s for action in build_parser(entry)._actions for s in action.option_strings}
-    for tool in ("convert_torch_dist_to_hf.py", "plot_metrics.py"):
+    for tool in ("convert_torch_dist_to_hf.py", "plot_metrics.py", "make_tiny_model.py"):
         known |= _tool_flags(repo_root, tool)
     for doc in ("quick-start.md", "gpu-guide.md", "architecture.md"):
         text = (repo_root / "docs" / doc).read_text()

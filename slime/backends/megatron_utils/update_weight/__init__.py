@@ -4,7 +4,8 @@ Owns the registry `SENDERS` (kind -> sender class: "distributed" broadcast group
 disaggregated engines, "tensor" shared memory for colocated ones, "disk" HF folder),
 `sender_kind(args)` (--colocate -> "tensor", else "distributed") and `build_weight_sender`, which
 wires a sender to a megatron model: buckets from `weight_export.iter_hf_buckets` of
---update-weight-buffer-size bytes, roles from megatron's parallel state.
+--update-weight-buffer-size bytes (quantised to block FP8 when --hf-checkpoint declares
+`quant_method: fp8`, see `slime.utils.fp8`), roles from megatron's parallel state.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
 
     from slime.backends.megatron_utils.hf_io import read_hf_config
     from slime.backends.megatron_utils.weight_export import iter_hf_buckets
+    from slime.utils.fp8 import fp8_config_from_hf, quantized_buckets
 
     kind = kind or sender_kind(args)
     if kind not in SENDERS:
@@ -65,11 +67,16 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
     def buckets():
         return iter_hf_buckets(model, hf_config, args, args.update_weight_buffer_size, to_cpu=to_cpu)
 
+    role = megatron_role()
+    fp8 = fp8_config_from_hf(hf_config)
+    if fp8 is not None and role.is_sender:  # an FP8 engine checkpoint: send its names, dtypes, shapes
+        buckets = quantized_buckets(buckets, fp8)
+
     extra = {}
     if kind == "disk":
         extra = {"directory": disk_dir or os.path.join(tempfile.gettempdir(), "slime_weight_sync"),
                  "hf_checkpoint": args.hf_checkpoint}
-    sender = SENDERS[kind](engine_urls, buckets, role=megatron_role(), **extra)
+    sender = SENDERS[kind](engine_urls, buckets, role=role, **extra)
     sender.connect()
     return sender
 
