@@ -55,3 +55,15 @@ def tiny_moe_fp8_hf(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_moe_fp8_hf")
     tool = load_tool("make_tiny_model")
     return tool.make_tiny_model(out, variant="moe", seed=0, fp8_block_size=tool.FP8_BLOCK_SIZE)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip where CUDA is absent (they run on a machine with a GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
