@@ -67,7 +67,7 @@ class _Membership:
         if error is not None:
             raise error
         if outcome[0] is not None:
-            raise RuntimeError(f"engine {self.engine} rejected the weights sent by rank {self.ranks[0]}: {outcome[0]}")
+            raise RuntimeError(f"engine {self.engine} (talked to by trainer rank {self.ranks[0]}) failed: {outcome[0]}")
 
 
 class UpdateWeightFromTensor(WeightSender):
@@ -98,8 +98,14 @@ class UpdateWeightFromTensor(WeightSender):
             group = dist.new_group(ranks, backend="gloo") if distributed and len(ranks) > 1 else None
             if self._rank in ranks:
                 self._member = _Membership(engine, ranks, group)
-        if self._member is not None and self._rank == self._member.ranks[0]:
-            self._check_tp_size()
+        if self._member is not None:  # the first rank checks the engine; every member learns the outcome
+            error = None
+            if self._rank == self._member.ranks[0]:
+                try:
+                    self._check_tp_size()
+                except ValueError as exc:
+                    error = exc
+            self._member.settle(error, self._rank)
         self._connected = True
 
     def _check_tp_size(self) -> None:
