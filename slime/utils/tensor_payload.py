@@ -225,8 +225,8 @@ def decode_named_tensors(entry: str | bytes, load_format: str | None) -> list[tu
     raises ValueError for other formats or malformed payloads."""
     try:
         obj = deserialize(entry)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(str(exc)) from exc
+    except (pickle.UnpicklingError, EOFError, TypeError, RuntimeError) as exc:  # malformed, or memory gone
+        raise ValueError(f"cannot decode the payload: {exc}") from exc
     if load_format == FLATTENED_BUCKET:
         if not isinstance(obj, dict) or set(obj) != {"flattened_tensor", "metadata"}:
             raise ValueError("a flattened_bucket payload must be a dict of flattened_tensor and metadata")
