@@ -1,6 +1,6 @@
 """The local engine serving a block-FP8 checkpoint (tools/make_tiny_model.py --fp8, [32, 32] blocks):
 it computes with the dequantised weights, takes FP8 (weight, weight_scale_inv) updates by disk,
-distributed (gloo, this process is rank 0) and /dev/shm tensors, and refuses with 400 a float
+distributed (gloo, this process is rank 0) and SGLang's colocated tensor payload, and refuses with 400 a float
 tensor for an FP8 weight, a weight without its scale and a scale without its weight."""
 
 import json
@@ -17,7 +17,8 @@ from slime.backends.local_engine.fp8 import Fp8Weights
 from slime.backends.local_engine.sampling import RequestError
 from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
 from slime.utils.fp8 import FP8_DTYPE, fp8_config_from_hf, quantize_named
-from slime.utils.weight_transport import init_weight_update_group, write_shm_named_tensors
+from slime.utils.tensor_payload import serialize_flattened_bucket, use_file_system_sharing
+from slime.utils.weight_transport import init_weight_update_group
 from tests.unit.backends.local_engine.conftest import free_port, hf_logprobs, write_dequantized_copy
 
 PROMPTS = [[3, 14, 15, 92, 65], [27, 18, 28]]
@@ -55,12 +56,12 @@ def _new_fp8_weights(fp8_folder, tiny_moe_hf, seed):
     return plain, dict(quantize_named(sorted(plain.items()), config))
 
 
-def _shm_update(url, named, version):
-    handle, path = write_shm_named_tensors(named)
-    try:
-        return SyncEngineClient(url).update_weights_from_tensor([handle], weight_version=version)
-    finally:
-        os.unlink(path)
+def _tensor_update(url, named, version):
+    """SGLang's colocated payload (a flattened bucket shared through memory), as the sender makes it."""
+    use_file_system_sharing()
+    entry, _keep = serialize_flattened_bucket(sorted(named.items()))  # alive until the engine answered
+    return SyncEngineClient(url).update_weights_from_tensor([entry], load_format="flattened_bucket",
+                                                            weight_version=version)
 
 
 def _distributed_update(url, named, version, group_name):
@@ -100,7 +101,7 @@ def test_fp8_update_by_every_transport(url, tiny_moe_fp8_hf, tiny_moe_hf, tmp_pa
     _, named = _new_fp8_weights(tiny_moe_fp8_hf, tiny_moe_hf, seed)
     assert named[Q_PROJ].dtype == FP8_DTYPE and named[Q_PROJ + "_scale_inv"].shape == (2, 2)
     if transport == "tensor":
-        _shm_update(url, named, "fp8-tensor")
+        _tensor_update(url, named, "fp8-tensor")
     elif transport == "distributed":
         _distributed_update(url, named, "fp8-distributed", "fp8_sync")
     else:
@@ -126,7 +127,7 @@ def test_unquantised_or_unpaired_updates_are_refused(url, tiny_moe_fp8_hf, tiny_
     for i, (named, needle) in enumerate(_refusals(tiny_moe_fp8_hf, tiny_moe_hf)):
         with pytest.raises(EngineHTTPError) as err:
             if transport == "tensor":
-                _shm_update(url, named, "bad")
+                _tensor_update(url, named, "bad")
             elif transport == "distributed":
                 _distributed_update(url, named, "bad", f"bad_{i}")
             else:
