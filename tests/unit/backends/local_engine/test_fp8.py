@@ -4,7 +4,6 @@ distributed (gloo, this process is rank 0) and SGLang's colocated tensor payload
 tensor for an FP8 weight, a weight without its scale and a scale without its weight."""
 
 import json
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
