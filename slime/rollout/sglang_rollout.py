@@ -24,6 +24,7 @@ import aiohttp
 
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
+from slime.utils import engine_requests
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
@@ -116,11 +117,8 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED
         return sample
-    payload = {
-        "input_ids": sample.tokens,
-        "sampling_params": {**sampling_params, "max_new_tokens": budget},
-        "return_logprob": True,
-    }
+    payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
+                                       return_logprob=True)
     output = await _send_generate(args, client, payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
