@@ -33,6 +33,9 @@ class TrainerRankError(RuntimeError):
                  f"{_cause(e)}" for rank, e in failures]
         super().__init__(f"trainer {method} failed on {'; '.join(parts)}")
 
+    def __reduce__(self):  # rebuild from the constructor's arguments (Ray pickles exceptions)
+        return type(self), (self.method, self.failures)
+
 
 def _cause(error: BaseException) -> str:
     """The user's exception inside a RayTaskError (its last traceback line), else the error."""
