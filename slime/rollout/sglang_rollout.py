@@ -76,12 +76,23 @@ class RolloutContext:
         return cls(
             args=args,
             rollout_id=rollout_id,
-            client=EngineClient(router_url(args)),
+            client=router_client(args),
             semaphore=asyncio.Semaphore(args.sglang_server_concurrency * num_engines),
             tokenizer=load_tokenizer(args.hf_checkpoint),
             custom_generate=_maybe_load(args.custom_generate_function_path),
             sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
         )
+
+
+# sglang-router's own request timeout when --router-request-timeout-secs is not given.
+ROUTER_DEFAULT_REQUEST_TIMEOUT_S = 1800
+
+
+def router_client(args) -> EngineClient:
+    """The rollout's client of the router; it waits as long as the router does for an engine's
+    answer (--router-request-timeout-secs, else the router's default)."""
+    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
+    return EngineClient(router_url(args), timeout=float(timeout))
 
 
 def router_url(args) -> str:
