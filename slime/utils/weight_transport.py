@@ -33,6 +33,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+
 def _gloo(store, rank: int, size: int, timeout: datetime.timedelta):
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
@@ -44,7 +45,7 @@ def _nccl(store, rank: int, size: int, timeout: datetime.timedelta):
     return dist.ProcessGroupNCCL(store, rank, size, options)
 
 
-_BACKENDS = {"gloo": ("cpu", _gloo), "nccl": ("cuda", _nccl)}
+_BACKENDS = {"gloo": ("cpu", _gloo), "nccl": ("cuda", _nccl)}  # backend -> (store device prefix, factory)
 SHM_FORMAT = "safetensors_file"
 
 
