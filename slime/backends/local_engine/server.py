@@ -4,8 +4,9 @@ Owns `build_app(engine)`. Routes live in one table (path, methods, handler). Bod
 and status codes follow SGLang's http_server and `managers/io_struct.py` (e.g. pause's mode
 defaults to "abort", group names to "weight_update_group", `/flush_cache` answers 400 while
 requests are in flight). Client errors (malformed JSON, bad values) raise `RequestError` and
-become HTTP 400 `{"error": {"message"}, "success": false, "message"}`; the engine keeps serving. Blocking work (weight updates, group
-rendezvous, memory release) runs in worker threads so /health stays responsive.
+become HTTP 400 `{"error": {"message"}, "success": false, "message"}`; the engine keeps serving.
+Blocking work (weight updates, group rendezvous, memory release) runs in worker threads so
+/health stays responsive.
 """
 
 from __future__ import annotations
