@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 # its peers fail in their next collective, and the dead one is the cause worth naming first.
 FAILURE_GRACE_S = 3.0
 
+# Environment of every trainer rank. SGLang sets NCCL_CUMEM_ENABLE=0 in its engines (unless
+# --enable-symm-mem); the trainer's NCCL weight-sync group with them needs the same value.
+TRAINER_ENV = {"OMP_NUM_THREADS": "1", "NCCL_CUMEM_ENABLE": "0"}
+
 
 class TrainerRankError(RuntimeError):
     """One or more trainer ranks raised or died during a group call."""
@@ -32,6 +36,9 @@ class TrainerRankError(RuntimeError):
         parts = [f"rank {rank} {'died' if isinstance(e, ray.exceptions.RayActorError) else 'raised'}: "
                  f"{_cause(e)}" for rank, e in failures]
         super().__init__(f"trainer {method} failed on {'; '.join(parts)}")
+
+    def __reduce__(self):  # rebuild from the constructor's arguments (Ray pickles exceptions)
+        return type(self), (self.method, self.failures)
 
 
 def _cause(error: BaseException) -> str:
@@ -115,7 +122,7 @@ class RayTrainGroup:
                 num_cpus=0 if placement.use_gpu else 1,
                 num_gpus=num_gpus,
                 scheduling_strategy=placement.strategy(position),
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+                runtime_env={"env_vars": dict(TRAINER_ENV)},
             ).remote(rank, world)
             for rank, position in enumerate(bundles)
         ]

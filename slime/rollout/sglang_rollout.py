@@ -24,6 +24,7 @@ import aiohttp
 
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
+from slime.utils import engine_requests
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
@@ -75,12 +76,23 @@ class RolloutContext:
         return cls(
             args=args,
             rollout_id=rollout_id,
-            client=EngineClient(router_url(args)),
+            client=router_client(args),
             semaphore=asyncio.Semaphore(args.sglang_server_concurrency * num_engines),
             tokenizer=load_tokenizer(args.hf_checkpoint),
             custom_generate=_maybe_load(args.custom_generate_function_path),
             sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
         )
+
+
+# sglang-router's own request timeout when --router-request-timeout-secs is not given.
+ROUTER_DEFAULT_REQUEST_TIMEOUT_S = 1800
+
+
+def router_client(args) -> EngineClient:
+    """The rollout's client of the router; it waits as long as the router does for an engine's
+    answer (--router-request-timeout-secs, else the router's default)."""
+    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
+    return EngineClient(router_url(args), timeout=float(timeout))
 
 
 def router_url(args) -> str:
@@ -116,11 +128,8 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED
         return sample
-    payload = {
-        "input_ids": sample.tokens,
-        "sampling_params": {**sampling_params, "max_new_tokens": budget},
-        "return_logprob": True,
-    }
+    payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
+                                       return_logprob=True)
     output = await _send_generate(args, client, payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]

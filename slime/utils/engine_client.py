@@ -2,8 +2,9 @@
 
 Owns `EngineClient` (async, aiohttp: one method per endpoint of docs/slime-compat.md section 6),
 `SyncEngineClient` (the same methods for scripts, each call in its own event loop),
-`EngineHTTPError` and `wait_until_healthy`. Nothing here is specific to one engine. Only health
-probes retry; every other call is sent once (a retried weight update or generation could apply
+`EngineHTTPError` and `wait_until_healthy`. Nothing here is specific to one engine; the bodies
+come from `slime.utils.engine_requests`. Only health probes and /flush_cache (400 while requests
+drain) retry; every other call is sent once (a retried weight update or generation could apply
 twice).
 """
 
@@ -15,7 +16,11 @@ import time
 
 import aiohttp
 
+from slime.utils import engine_requests as bodies
+
 logger = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_S = 120.0  # how long /flush_cache is retried while SGLang answers 400
 
 
 class EngineHTTPError(RuntimeError):
@@ -24,6 +29,9 @@ class EngineHTTPError(RuntimeError):
     def __init__(self, url: str, status: int, body: str) -> None:
         super().__init__(f"{url} answered HTTP {status}: {body[:2000]}")
         self.url, self.status, self.body = url, status, body
+
+    def __reduce__(self):  # rebuild from the constructor's arguments (Ray pickles exceptions)
+        return type(self), (self.url, self.status, self.body)
 
 
 class EngineClient:
@@ -67,7 +75,9 @@ class EngineClient:
             return text
 
     async def generate(self, payload: dict):
-        """POST /generate; returns the response dict (a list for batched input)."""
+        """POST /generate; returns the response dict (a list for batched input).
+
+        Build `payload` with `engine_requests.generate` (SGLang's `GenerateReqInput` fields)."""
         return await self.request("POST", "/generate", payload)
 
     async def health(self, retries: int = 0, interval: float = 1.0) -> bool:
@@ -86,76 +96,94 @@ class EngineClient:
         """GET /health_generate (the engine generates one token)."""
         return await self.request("GET", "/health_generate")
 
-    async def flush_cache(self):
-        """GET /flush_cache."""
-        return await self.request("GET", "/flush_cache")
+    async def flush_cache(self, timeout: float = FLUSH_TIMEOUT_S, interval: float = 0.1,
+                          max_interval: float = 2.0):
+        """GET /flush_cache until it answers 200.
 
-    async def pause_generation(self, mode: str | None = None):
-        """POST /pause_generation; SGLang's `mode` ("abort", "retract", "in_place") when given."""
-        return await self.request("POST", "/pause_generation", {} if mode is None else {"mode": mode})
+        SGLang answers 400 while requests are in flight (e.g. aborted ones still draining after
+        /pause_generation), so a 400 is retried with exponential backoff (`interval` doubling up to
+        `max_interval`) for up to `timeout` seconds; then `EngineHTTPError` (status 400) says how
+        many attempts failed and what the engine last answered. Other errors are raised at once."""
+        loop = asyncio.get_running_loop()
+        deadline, attempt = loop.time() + timeout, 0
+        while True:
+            attempt += 1
+            try:
+                return await self.request("GET", "/flush_cache")
+            except EngineHTTPError as exc:
+                if exc.status != 400:
+                    raise
+                if loop.time() + interval > deadline:
+                    raise EngineHTTPError(exc.url, exc.status, f"cache not flushed after {attempt} attempt(s) "
+                                          f"in {timeout:.0f}s (requests still in flight?); last answer: {exc.body}"
+                                          ) from exc
+                logger.info("%s: flush_cache answered 400 (attempt %d), retrying in %.1fs", self.base_url,
+                            attempt, interval)
+                await asyncio.sleep(interval)
+                interval = min(2 * interval, max_interval)
+
+    async def pause_generation(self, mode: str = "abort"):
+        """POST /pause_generation (SGLang's `mode`: "abort" finishes requests in flight, "retract",
+        "in_place"; see `engine_requests.pause_generation`)."""
+        return await self.request("POST", "/pause_generation", bodies.pause_generation(mode))
 
     async def continue_generation(self):
         """POST /continue_generation."""
-        return await self.request("POST", "/continue_generation", {})
+        return await self.request("POST", "/continue_generation", bodies.continue_generation())
 
     async def abort_request(self, rid: str | None = None, abort_all: bool = False):
         """POST /abort_request for one rid or every request."""
-        if rid is None and not abort_all:
-            raise ValueError("abort_request needs rid or abort_all=True")
-        payload = {"abort_all": True} if abort_all else {"rid": rid}
-        return await self.request("POST", "/abort_request", payload)
+        return await self.request("POST", "/abort_request", bodies.abort_request(rid, abort_all))
 
     async def get_model_info(self) -> dict:
-        """GET /get_model_info."""
-        return await self.request("GET", "/get_model_info")
+        """GET /model_info (SGLang's name since 0.5.x; /get_model_info is deprecated)."""
+        return await self.request("GET", "/model_info")
 
     async def get_server_info(self) -> dict:
-        """GET /get_server_info."""
-        return await self.request("GET", "/get_server_info")
+        """GET /server_info (server args, e.g. tp_size, plus live state)."""
+        return await self.request("GET", "/server_info")
 
     async def get_weight_version(self) -> str:
-        """GET /get_weight_version -> the version string."""
-        return (await self.request("GET", "/get_weight_version"))["weight_version"]
+        """The engine's weight version, from GET /model_info (SGLang serves no /get_weight_version)."""
+        return (await self.get_model_info())["weight_version"]
 
     async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
                                         world_size: int, group_name: str, backend: str = "nccl"):
         """POST /init_weights_update_group (returns once the engine joined; run the trainer's join concurrently)."""
-        return await self.request("POST", "/init_weights_update_group", {
-            "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
-            "world_size": world_size, "group_name": group_name, "backend": backend})
+        return await self.request("POST", "/init_weights_update_group", bodies.init_weights_update_group(
+            master_address, master_port, rank_offset, world_size, group_name, backend))
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                               group_name: str, flush_cache: bool = False,
                                               weight_version: str | None = None):
         """POST /update_weights_from_distributed (broadcast the tensors from rank 0 concurrently)."""
-        return await self.request("POST", "/update_weights_from_distributed", {
-            "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-            "flush_cache": flush_cache, "weight_version": weight_version})
+        return await self.request("POST", "/update_weights_from_distributed", bodies.update_weights_from_distributed(
+            names, dtypes, shapes, group_name, flush_cache, weight_version))
 
     async def destroy_weights_update_group(self, group_name: str):
         """POST /destroy_weights_update_group."""
-        return await self.request("POST", "/destroy_weights_update_group", {"group_name": group_name})
+        return await self.request("POST", "/destroy_weights_update_group",
+                                  bodies.destroy_weights_update_group(group_name))
 
     async def update_weights_from_tensor(self, serialized_named_tensors: list[str], load_format: str | None = None,
                                          flush_cache: bool = False, weight_version: str | None = None):
         """POST /update_weights_from_tensor (one serialized entry per engine TP rank)."""
-        return await self.request("POST", "/update_weights_from_tensor", {
-            "serialized_named_tensors": serialized_named_tensors, "load_format": load_format,
-            "flush_cache": flush_cache, "weight_version": weight_version})
+        return await self.request("POST", "/update_weights_from_tensor", bodies.update_weights_from_tensor(
+            serialized_named_tensors, load_format, flush_cache, weight_version))
 
     async def update_weights_from_disk(self, model_path: str, load_format: str | None = None,
                                        weight_version: str | None = None):
         """POST /update_weights_from_disk."""
-        return await self.request("POST", "/update_weights_from_disk", {
-            "model_path": model_path, "load_format": load_format, "weight_version": weight_version})
+        return await self.request("POST", "/update_weights_from_disk",
+                                  bodies.update_weights_from_disk(model_path, load_format, weight_version))
 
     async def release_memory_occupation(self, tags: list[str] | None = None):
         """POST /release_memory_occupation."""
-        return await self.request("POST", "/release_memory_occupation", {} if tags is None else {"tags": tags})
+        return await self.request("POST", "/release_memory_occupation", bodies.release_memory_occupation(tags))
 
     async def resume_memory_occupation(self, tags: list[str] | None = None):
         """POST /resume_memory_occupation (tags e.g. ["weights", "kv_cache"]; None = all)."""
-        return await self.request("POST", "/resume_memory_occupation", {} if tags is None else {"tags": tags})
+        return await self.request("POST", "/resume_memory_occupation", bodies.resume_memory_occupation(tags))
 
 
 class SyncEngineClient:

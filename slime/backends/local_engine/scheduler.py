@@ -120,6 +120,12 @@ class Scheduler:
         """True while paused or held."""
         return self._paused or bool(self._held)
 
+    def idle(self) -> bool:
+        """SGLang's /flush_cache condition: nothing running and, unless generation is paused or
+        held, nothing waiting. Takes `model_lock`, so a request being admitted counts as running."""
+        with self.model_lock, self._cond:
+            return not self._running and (self.paused or not self._waiting)
+
     def load(self) -> dict[str, int]:
         """Counts of waiting and running requests."""
         with self._cond:

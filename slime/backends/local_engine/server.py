@@ -1,9 +1,12 @@
 """HTTP surface of the local engine: SGLang's endpoints and fields on FastAPI.
 
-Owns `build_app(engine)`. Routes live in one table (path, methods, handler). Client errors
-(malformed JSON, bad values) raise `RequestError` and become HTTP 400 `{"error": {"message"},
-"success": false, "message"}`; the engine keeps serving. Blocking work (weight updates, group
-rendezvous, memory release) runs in worker threads so /health stays responsive.
+Owns `build_app(engine)`. Routes live in one table (path, methods, handler). Bodies, defaults
+and status codes follow SGLang's http_server and `managers/io_struct.py` (e.g. pause's mode
+defaults to "abort", group names to "weight_update_group", `/flush_cache` answers 400 while
+requests are in flight). Client errors (malformed JSON, bad values) raise `RequestError` and
+become HTTP 400 `{"error": {"message"}, "success": false, "message"}`; the engine keeps serving.
+Blocking work (weight updates, group rendezvous, memory release) runs in worker threads so
+/health stays responsive.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import logging
 
 from fastapi import FastAPI, Request as HTTPRequest
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from slime.backends.local_engine.engine import Engine
 from slime.backends.local_engine.sampling import RequestError
@@ -60,6 +63,18 @@ def _ok(message: str, **extra) -> JSONResponse:
     return JSONResponse({"success": True, "message": message, **extra})
 
 
+# SGLang's default group name (io_struct's *WeightsUpdateGroupReqInput and
+# UpdateWeightsFromDistributedReqInput) and group backend.
+DEFAULT_GROUP = "weight_update_group"
+DEFAULT_GROUP_BACKEND = "nccl"
+
+
+async def _abort_if_asked(engine: Engine, body: dict) -> None:
+    """SGLang's `abort_all_requests` field of the weight-update requests (default False)."""
+    if body.get("abort_all_requests"):
+        await asyncio.to_thread(engine.scheduler.abort, None, True)
+
+
 def _generation_routes(engine: Engine) -> list:
     async def generate(request: HTTPRequest):
         body = await _json(request)
@@ -101,14 +116,28 @@ def _generation_routes(engine: Engine) -> list:
 
 
 def _control_routes(engine: Engine) -> list:
-    async def flush_cache(_request: HTTPRequest):
-        # No prefix cache: running requests' KV stays valid, nothing else is cached.
-        return _ok("Cache flushed.")
+    async def flush_cache(request: HTTPRequest):
+        # SGLang's semantics: 200 only when the scheduler is idle (nothing running; nothing waiting
+        # unless generation is paused), else 400 - at once, or after waiting up to ?timeout= seconds.
+        # There is no prefix cache here, so an idle flush has nothing else to do.
+        try:
+            timeout = float(request.query_params.get("timeout") or 0.0)
+        except ValueError as exc:
+            raise RequestError(f"timeout must be a number: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        while not (idle := await asyncio.to_thread(engine.scheduler.idle)) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        load = engine.scheduler.load()
+        if not idle:
+            return Response(f"Cache not flushed because there are pending requests. #queue-req: "
+                            f"{load['waiting']}, #running-req: {load['running']}\n", status_code=400)
+        return Response("Cache flushed.\n", status_code=200)
 
     async def pause_generation(request: HTTPRequest):
         # SGLang modes: "in_place" keeps running requests (with their KV) waiting; "retract" does the
         # same here (no KV pressure to relieve); "abort" also finishes everything in flight as abort.
-        mode = (await _json(request)).get("mode") or "in_place"
+        mode = (await _json(request)).get("mode") or "abort"  # PauseGenerationReqInput's default
         if mode not in ("in_place", "retract", "abort"):
             raise RequestError(f"mode must be one of in_place, retract, abort; got {mode!r}")
         engine.scheduler.pause()
@@ -121,9 +150,7 @@ def _control_routes(engine: Engine) -> list:
         return _ok("Generation continued.")
 
     async def abort_request(request: HTTPRequest):
-        body = await _json(request)
-        if not body.get("abort_all") and not body.get("rid"):
-            raise RequestError("abort_request needs rid or abort_all=true")
+        body = await _json(request)  # AbortReq: rid defaults to "" (matches nothing), abort_all to False
         count = await asyncio.to_thread(engine.scheduler.abort, body.get("rid"), bool(body.get("abort_all")))
         return _ok(f"aborted {count} request(s)", aborted=count)
 
@@ -141,12 +168,11 @@ def _info_routes(engine: Engine) -> list:
     async def get_server_info(_request: HTTPRequest):
         return JSONResponse(engine.server_info())
 
-    async def get_weight_version(_request: HTTPRequest):
-        return JSONResponse({"weight_version": engine.weights.version})
-
+    # SGLang serves both names (the get_ ones deprecated); it has no /get_weight_version: the
+    # version is in the model info.
     return [
-        ("/get_model_info", ["GET"], get_model_info), ("/get_server_info", ["GET"], get_server_info),
-        ("/get_weight_version", ["GET"], get_weight_version),
+        ("/model_info", ["GET"], get_model_info), ("/get_model_info", ["GET"], get_model_info),
+        ("/server_info", ["GET"], get_server_info), ("/get_server_info", ["GET"], get_server_info),
     ]
 
 
@@ -156,30 +182,35 @@ def _weight_routes(engine: Engine) -> list:
     async def from_disk(request: HTTPRequest):
         body = await _json(request)
         (path,) = _require(body, "model_path")
+        await _abort_if_asked(engine, body)
         n = await asyncio.to_thread(w.update_from_disk, path, body.get("load_format"), body.get("weight_version"))
         return _ok(f"loaded {n} tensors from {path}", weight_version=w.version)
 
     async def init_group(request: HTTPRequest):
         body = await _json(request)
-        args = _require(body, "master_address", "master_port", "rank_offset", "world_size", "group_name")
-        await asyncio.to_thread(w.init_group, *args, body.get("backend") or "gloo")
-        return _ok(f"joined weights update group {body['group_name']}")
+        args = _require(body, "master_address", "master_port", "rank_offset", "world_size")
+        name = body.get("group_name", DEFAULT_GROUP)
+        await asyncio.to_thread(w.init_group, *args, name, body.get("backend", DEFAULT_GROUP_BACKEND))
+        return _ok(f"joined weights update group {name}")
 
     async def from_distributed(request: HTTPRequest):
         body = await _json(request)
-        args = _require(body, "names", "dtypes", "shapes", "group_name")
-        n = await asyncio.to_thread(w.update_from_distributed, *args, body.get("weight_version"))
+        args = _require(body, "names", "dtypes", "shapes")
+        await _abort_if_asked(engine, body)
+        n = await asyncio.to_thread(w.update_from_distributed, *args, body.get("group_name", DEFAULT_GROUP),
+                                    body.get("weight_version"))
         return _ok(f"received {n} tensors", weight_version=w.version)
 
     async def destroy_group(request: HTTPRequest):
         body = await _json(request)
-        (name,) = _require(body, "group_name")
-        w.destroy_group(name)
+        name = body.get("group_name", DEFAULT_GROUP)
+        await asyncio.to_thread(w.destroy_group, name)
         return _ok(f"destroyed weights update group {name}")
 
     async def from_tensor(request: HTTPRequest):
         body = await _json(request)
         (tensors,) = _require(body, "serialized_named_tensors")
+        await _abort_if_asked(engine, body)
         n = await asyncio.to_thread(w.update_from_tensor, tensors, body.get("load_format"), body.get("weight_version"))
         return _ok(f"loaded {n} tensors", weight_version=w.version)
 

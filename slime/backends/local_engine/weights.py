@@ -2,7 +2,7 @@
 
 Owns `WeightManager`. Every update loads tensors by Hugging Face name into the live model under the
 scheduler's `model_lock` (so between decode steps), then sets the weight version to the request's
-`weight_version`, or bumps it by one when absent. Sources:
+`weight_version` (unchanged when absent, as in SGLang). Sources:
 - disk: every `*.safetensors` file of an HF checkpoint folder;
 - distributed: a `WeightUpdateGroup` (see `slime.utils.weight_transport` for the rendezvous), one
   broadcast from rank 0 per tensor, in the order of `names`;
@@ -75,8 +75,6 @@ class WeightManager:
     def _set_version(self, version) -> None:
         if version is not None:
             self.version = str(version)
-        else:
-            self.version = str(int(self.version) + 1) if self.version.isdigit() else "1"
 
     def load_named_tensors(self, named, weight_version=None) -> int:
         """Copy (name, tensor) pairs into the model's parameters (HF names, exact shapes).
@@ -110,12 +108,15 @@ class WeightManager:
         named = [item for f in files for item in load_file(f).items()]
         return self.load_named_tensors(named, weight_version)
 
-    def init_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="gloo") -> None:
+    def init_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl") -> None:
         """Join the trainer's group `group_name` as rank `rank_offset` (blocks until all joined)."""
         if group_name in self._groups:
             raise RequestError(f"weights update group {group_name!r} already exists")
-        self._groups[group_name] = init_weight_update_group(
-            master_address, int(master_port), int(rank_offset), int(world_size), group_name, backend)
+        try:
+            self._groups[group_name] = init_weight_update_group(
+                master_address, int(master_port), int(rank_offset), int(world_size), group_name, backend)
+        except Exception as exc:  # SGLang answers a failed join with 400 and this message
+            raise RequestError(f"Failed to initialize custom process group: {exc}.") from exc
 
     def _plan_receive(self, names, dtypes, shapes, device: str) -> tuple[list, RequestError | None]:
         """Per tensor (buffer to receive into, target to copy into or None); plus the first error.
@@ -171,9 +172,11 @@ class WeightManager:
         return len(plan)
 
     def destroy_group(self, group_name: str) -> None:
-        """Forget group `group_name` (its gloo/nccl resources go with the last reference)."""
-        if self._groups.pop(group_name, None) is None:
+        """Destroy group `group_name` (its backend is shut down, as SGLang's destroy_process_group does)."""
+        group = self._groups.pop(group_name, None)
+        if group is None:
             raise RequestError(f"group_name {group_name!r} is not initialised")
+        group.destroy()
 
     def update_from_tensor(self, serialized_named_tensors, load_format=None, weight_version=None) -> int:
         """Load SGLang's tensor payload: one entry per engine TP rank, this engine (TP 1) reads

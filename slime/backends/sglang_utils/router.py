@@ -28,13 +28,22 @@ class RouterError(RuntimeError):
     """The router did not start, or an engine could not be registered with it."""
 
 
+# Engine health is ours to decide (the RolloutManager's health monitor restarts and re-registers
+# engines, as slime's does): the router's circuit breaker and health checks are off, otherwise a
+# few slow answers on a busy machine mark every worker unusable and the router answers
+# 503 no_available_workers ("all circuits open or unhealthy") for the rest of the run.
+ROUTER_FIXED_FLAGS = ("--disable-circuit-breaker", "--disable-health-check")
+
+
 def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None) -> list[str]:
-    """The command line that launches sglang-router (`--router-*` flags arrive as `extra`).
+    """The command line that launches sglang-router (`--router-*` flags arrive as `extra`, e.g.
+    `--request-timeout-secs` from --router-request-timeout-secs), with `ROUTER_FIXED_FLAGS`.
     Its metrics endpoint gets a free port unless given: the default (29000) may be taken, and
     the router then fails to start."""
     extra = list(extra or [])
     if "--prometheus-port" not in extra:
         extra += ["--prometheus-port", str(free_port())]
+    extra += [flag for flag in ROUTER_FIXED_FLAGS if flag not in extra]
     return [
         sys.executable, "-m", "sglang_router.launch_router",
         "--host", host, "--port", str(port), "--policy", policy,

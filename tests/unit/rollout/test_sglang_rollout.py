@@ -160,3 +160,13 @@ def test_client_errors_are_not_retried(args, monkeypatch):
     with pytest.raises(EngineHTTPError, match="400"):
         _one_request(args)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("flag, expected", [((), 1800.0), (("--router-request-timeout-secs", "7200"), 7200.0)])
+def test_rollout_client_waits_as_long_as_the_router(tiny_moe_hf, toy_data, flag, expected):
+    """The rollout's client timeout is the router's request timeout (--router-request-timeout-secs,
+    else sglang-router's 1800 s), not a shorter one of its own."""
+    args = parse_args(rollout_argv(tiny_moe_hf, toy_data, N_PROMPTS, N_SAMPLES, "--rollout-num-gpus", "1",
+                                   "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", "1", *flag))
+    client = sglang_rollout.router_client(args)
+    assert client.timeout.total == expected and client.base_url == "http://127.0.0.1:1"

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from slime.backends.megatron_utils.update_weight.common import run_on_engines
+from slime.utils import engine_requests
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def _engine_continuations(urls: list[str], prompt: list[int], max_new_tokens: in
         sampling["sampling_seed"] = 1234
 
     async def one(client, _i):
-        out = await client.generate({"input_ids": prompt, "sampling_params": sampling, "return_logprob": True})
+        out = await client.generate(engine_requests.generate(prompt, sampling, return_logprob=True))
         logprobs = [float(entry[0]) for entry in out["meta_info"]["output_token_logprobs"]]
         return list(out["output_ids"]), logprobs
 

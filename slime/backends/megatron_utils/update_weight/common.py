@@ -2,11 +2,12 @@
 
 Owns `WeightSender` (the base of the distributed / tensor / disk senders): one `update_weights`
 call is collective over the trainer ranks and runs
-  leader: pause_generation + flush_cache on every engine -> barrier ->
+  leader: pause_generation (mode "abort") + flush_cache (retried while the engine answers 400,
+          i.e. while aborted requests drain) on every engine -> barrier ->
   every rank: iterate the HF buckets (collectives), sender ranks ship them -> barrier ->
   leader: finish (e.g. the disk POST) + continue_generation on every engine.
 Each update carries a weight version (given, or a counter "1", "2", ...) that the engines then
-report in /get_weight_version and meta_info.weight_version. Also owns `TrainerRole` (which rank
+report in /model_info and meta_info.weight_version. Also owns `TrainerRole` (which rank
 leads, which sends, how to barrier) and `run_on_engines` (one async call per engine, concurrent).
 """
 
@@ -104,7 +105,7 @@ class WeightSender:
         self.updates += 1
         version = str(self.updates if weight_version is None else weight_version)
         if self.role.is_leader:
-            self.on_engines(lambda c, _i: c.pause_generation())
+            self.on_engines(lambda c, _i: c.pause_generation(mode="abort"))
             self.on_engines(lambda c, _i: c.flush_cache())
             self.before_send(version)
         self.role.barrier()

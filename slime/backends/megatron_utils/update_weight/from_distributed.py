@@ -2,16 +2,17 @@
 
 Owns `UpdateWeightFromDistributed`. `connect()` builds, per sending rank (one per pipeline stage),
 a standalone group outside `torch.distributed`'s default world (`slime.utils.weight_transport`:
-a TCPStore served by the trainer + ProcessGroupGloo/NCCL, the same rendezvous the local engine
-uses): the trainer is rank 0, engine i's ranks start at 1 + sum of the TP sizes of engines < i,
+a TCPStore served by the trainer + ProcessGroupGloo/NCCL, with the store prefixes of SGLang's
+`init_custom_process_group`, which the local engine shares): the trainer is rank 0, engine i's ranks start at 1 + sum of the TP sizes of engines < i,
 world size = 1 + the sum of all engines' TP sizes. Megatron's groups are untouched. Per bucket,
 the sender POSTs /update_weights_from_distributed {names, dtypes, shapes, group_name,
 weight_version} to every engine and broadcasts the tensors from rank 0 in `names` order while the
-engines receive.
+engines receive. `disconnect()` destroys the group on both sides (ours even when an engine is gone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
@@ -21,6 +22,7 @@ import aiohttp
 import torch
 
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender, run_on_engines
+from slime.utils.engine_client import EngineHTTPError
 from slime.utils.weight_transport import init_weight_update_group
 from slime.utils.misc import free_port
 
@@ -99,21 +101,29 @@ class UpdateWeightFromDistributed(WeightSender):
                     world - 1, self.master_address, port, self.backend)
 
     def disconnect(self) -> None:
-        """Ask every engine to drop the group, then drop ours. An engine that no longer answers
-        (it died and `--use-fault-tolerance` restarted it at another URL, which is why the sender
-        is being rebuilt) holds no group any more: it is logged and skipped."""
+        """Ask every engine to drop the group, then destroy ours (its backend shut down, rank 0's
+        TCPStore and port released), whatever the engines answered. An engine that does not
+        answer, or no longer knows the group (it died and `--use-fault-tolerance` restarted it at
+        another URL, which is why the sender is being rebuilt), is logged and skipped; our backend
+        is then aborted rather than shut down, since that peer may never take part again."""
         if self.group is None:
             return
+        gone: list[str] = []
 
         async def drop(client, _i):
             try:
                 return await client.destroy_weights_update_group(self.group_name)
-            except aiohttp.ClientConnectionError as exc:  # fault tolerance: a dead engine has nothing to drop
+            except (aiohttp.ClientError, asyncio.TimeoutError, EngineHTTPError) as exc:  # fault tolerance
                 logger.warning("engine %s unreachable while dropping %s: %s", client.base_url, self.group_name, exc)
+                gone.append(client.base_url)
                 return None
 
-        self.on_engines(drop)
-        self.group = None
+        try:
+            self.on_engines(drop)
+        finally:
+            group, self.group = self.group, None
+            group.destroy(abort=bool(gone))
+            logger.info("weight update group %s destroyed", self.group_name)
 
     def send_bucket(self, bucket: list, version: str) -> None:
         """POST the bucket's metadata to every engine while broadcasting its tensors from rank 0."""

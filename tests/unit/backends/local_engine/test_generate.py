@@ -206,7 +206,7 @@ def test_abort_all_returns_partial_results(url):
         async with EngineClient(url) as c:
             long = asyncio.create_task(c.generate(_greedy(PROMPTS[0], 200, ignore_eos=True)))
             await asyncio.to_thread(_wait_for, client, "running", 1)
-            await c.pause_generation()
+            await c.pause_generation(mode="in_place")
             queued = asyncio.create_task(c.generate(_greedy(PROMPTS[1], 5)))
             await asyncio.to_thread(_wait_for, client, "waiting", 1)
             await c.abort_request(abort_all=True)
@@ -227,16 +227,11 @@ def test_control_and_info_endpoints(url, tiny_moe_hf):
     assert requests.post(f"{url}/flush_cache", timeout=10).status_code == 200
     info = client.get_model_info()
     assert info["model_path"] == str(tiny_moe_hf) and info["is_generation"] is True
-    assert client.get_weight_version() == "default"
+    assert client.get_weight_version() == "default" == requests.get(f"{url}/model_info", timeout=10).json()["weight_version"]
     assert client.get_server_info()["context_length"] == 256
-
-    async def abort_nothing():
-        async with EngineClient(url) as c:
-            await c.request("POST", "/abort_request", {})
-
-    with pytest.raises(EngineHTTPError) as err:
-        asyncio.run(abort_nothing())
-    assert err.value.status == 400
+    # SGLang serves no /get_weight_version; AbortReq with neither rid nor abort_all matches nothing (200)
+    assert requests.get(f"{url}/get_weight_version", timeout=10).status_code == 404
+    assert requests.post(f"{url}/abort_request", json={}, timeout=10).status_code == 200
     assert not math.isnan(client.generate(_greedy(PROMPTS[0], 1))["meta_info"]["output_token_logprobs"][0][0])
 
 
@@ -286,3 +281,44 @@ def test_dense_model_greedy_matches_transformers_and_bf16_serves(engine_factory,
     res = SyncEngineClient(bf16_url).generate(_greedy(PROMPTS[0], 5, ignore_eos=True))
     assert len(res["output_ids"]) == 5
     assert all(math.isfinite(e[0]) and e[0] <= 0 for e in res["meta_info"]["output_token_logprobs"])
+
+
+def test_flush_cache_answers_400_while_a_request_runs(url):
+    """SGLang's /flush_cache: 400 while a request is running (here held by an in-place pause), also
+    after waiting ?timeout= seconds; 200 once the engine is idle."""
+    client = SyncEngineClient(url)
+
+    async def run():
+        async with EngineClient(url) as c:
+            long = asyncio.create_task(c.generate(_greedy(PROMPTS[0], 200, ignore_eos=True)))
+            await asyncio.to_thread(_wait_for, client, "running", 1)
+            await c.pause_generation(mode="in_place")
+            busy = await asyncio.to_thread(requests.get, f"{url}/flush_cache", timeout=10)
+            waited = await asyncio.to_thread(requests.get, f"{url}/flush_cache?timeout=0.2", timeout=10)
+            await c.continue_generation()
+            await long
+            return busy, waited
+
+    busy, waited = asyncio.run(run())
+    assert busy.status_code == 400 and "#running-req: 1" in busy.text
+    assert waited.status_code == 400
+    assert requests.get(f"{url}/flush_cache", timeout=10).status_code == 200
+
+
+def test_pause_without_mode_aborts_like_sglang_and_flush_then_succeeds(url):
+    """PauseGenerationReqInput's mode defaults to "abort": a bare pause finishes the running request,
+    and the sender's pause -> flush sequence gets 200 at once."""
+    client = SyncEngineClient(url)
+
+    async def run():
+        async with EngineClient(url) as c:
+            long = asyncio.create_task(c.generate(_greedy(PROMPTS[0], 200, ignore_eos=True)))
+            await asyncio.to_thread(_wait_for, client, "running", 1)
+            await c.request("POST", "/pause_generation", {})
+            result = await long
+            flushed = await c.flush_cache(timeout=10)
+            await c.continue_generation()
+            return result, flushed
+
+    result, flushed = asyncio.run(run())
+    assert result["meta_info"]["finish_reason"]["type"] == "abort" and "Cache flushed" in flushed

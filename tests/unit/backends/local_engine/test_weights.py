@@ -99,10 +99,11 @@ def test_update_from_tensor_flattened_bucket_and_pairs(url, perturbed):
     entry, keep = serialize_flattened_bucket(sorted(named.items()))  # keep: alive until the engine answered
     SyncEngineClient(url).update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="7")
     _check_engine_serves(url, folder, "7")
-    # load_format None: a list of (name, tensor) pairs; without weight_version a numeric version is bumped
+    # load_format None: a list of (name, tensor) pairs; without weight_version the version stays
+    # (SGLang sets it only when the request carries one)
     pairs = [(n, t.clone()) for n, t in sorted(named.items())]
     SyncEngineClient(url).update_weights_from_tensor([serialize(pairs)])
-    _check_engine_serves(url, folder, "8")
+    _check_engine_serves(url, folder, "7")
     del keep
 
 
@@ -189,3 +190,29 @@ def test_distributed_update_with_a_bad_name_drains_the_broadcasts_and_changes_no
     client.destroy_weights_update_group("bad_sync")
     assert err.value.status == 400 and "no_such" in err.value.body
     assert _outputs(url) == before and client.get_weight_version() == version
+
+
+def test_group_requests_without_group_name_use_sglangs_default(url, perturbed):
+    """io_struct's group requests default group_name to "weight_update_group": a body without it
+    joins, updates and destroys that group (SGLang's behaviour), and the version stays when the
+    update carries none."""
+    import requests
+
+    folder, named = perturbed(4)
+    names, port = sorted(named), free_port()
+    version = SyncEngineClient(url).get_weight_version()
+    with ThreadPoolExecutor(1) as pool:
+        joined = pool.submit(requests.post, f"{url}/init_weights_update_group", timeout=60, json={
+            "master_address": "127.0.0.1", "master_port": port, "rank_offset": 1, "world_size": 2,
+            "backend": "gloo"})
+        group = init_weight_update_group("127.0.0.1", port, 0, 2, "weight_update_group", "gloo", timeout_s=60)
+        assert joined.result(timeout=60).status_code == 200
+        done = pool.submit(requests.post, f"{url}/update_weights_from_distributed", timeout=60, json={
+            "names": names, "dtypes": [str(named[n].dtype).removeprefix("torch.") for n in names],
+            "shapes": [list(named[n].shape) for n in names]})
+        for name in names:
+            group.broadcast(named[name].clone(), src=0)
+        assert done.result(timeout=60).status_code == 200
+    assert requests.post(f"{url}/destroy_weights_update_group", json={}, timeout=10).status_code == 200
+    group.destroy()
+    _check_engine_serves(url, folder, version)

@@ -1,0 +1,143 @@
+"""Every JSON body we send an engine becomes SGLang's request object with the values we mean.
+
+SGLang's HTTP server hands each body, parsed from JSON, to pydantic as the endpoint's
+`sglang.srt.managers.io_struct` class (`obj: Annotated[Cls, Body()]`); unknown fields are dropped
+silently, so each check also requires every field we send to be a field of that class. The bodies
+come from `slime.utils.engine_requests`, which `EngineClient` sends.
+"""
+
+import json
+import types
+
+import pydantic
+import pytest
+
+from slime.rollout.sglang_rollout import sampling_params_from_args
+from slime.utils import engine_requests as bodies
+
+
+def _io(name: str):
+    from sglang.srt.managers import io_struct
+
+    return getattr(io_struct, name)
+
+
+def _field_names(cls) -> set[str]:
+    import dataclasses
+
+    import msgspec
+
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return {f.name for f in msgspec.structs.fields(cls)}
+
+
+def parse(cls_name: str, body: dict):
+    """What SGLang's endpoint receives for `body`: the JSON round trip, then pydantic into the class."""
+    cls = _io(cls_name)
+    unknown = set(body) - _field_names(cls)
+    assert not unknown, f"{cls_name} has no field(s) {sorted(unknown)}: SGLang would drop them"
+    return pydantic.TypeAdapter(cls).validate_python(json.loads(json.dumps(body)))
+
+
+# (io_struct class, our body, {field: the value SGLang must see})
+CASES = {
+    "init_weights_update_group": (
+        "InitWeightsUpdateGroupReqInput",
+        bodies.init_weights_update_group("10.0.0.1", 29555, 3, 9, "slime-weights-pp1", "nccl"),
+        {"master_address": "10.0.0.1", "master_port": 29555, "rank_offset": 3, "world_size": 9,
+         "group_name": "slime-weights-pp1", "backend": "nccl"}),
+    "update_weights_from_distributed": (
+        "UpdateWeightsFromDistributedReqInput",
+        bodies.update_weights_from_distributed(["a.weight", "b.bias"], ["bfloat16", "float32"], [[4, 2], [3]],
+                                               "slime-weights-pp0", flush_cache=False, weight_version="12"),
+        {"names": ["a.weight", "b.bias"], "dtypes": ["bfloat16", "float32"], "shapes": [[4, 2], [3]],
+         "group_name": "slime-weights-pp0", "flush_cache": False, "weight_version": "12", "load_format": None,
+         "abort_all_requests": False}),
+    "destroy_weights_update_group": (
+        "DestroyWeightsUpdateGroupReqInput", bodies.destroy_weights_update_group("slime-weights-pp0"),
+        {"group_name": "slime-weights-pp0"}),
+    "update_weights_from_tensor": (
+        "UpdateWeightsFromTensorReqInput",
+        bodies.update_weights_from_tensor(["aGVsbG8=", "d29ybGQ="], load_format="flattened_bucket",
+                                          flush_cache=False, weight_version="3"),
+        {"serialized_named_tensors": [b"hello", b"world"], "load_format": "flattened_bucket",
+         "flush_cache": False, "weight_version": "3", "abort_all_requests": False}),
+    "update_weights_from_disk": (
+        "UpdateWeightFromDiskReqInput", bodies.update_weights_from_disk("/ckpt/hf_iter_5", weight_version="5"),
+        {"model_path": "/ckpt/hf_iter_5", "load_format": None, "weight_version": "5", "flush_cache": True,
+         "abort_all_requests": False}),
+    "pause_generation": ("PauseGenerationReqInput", bodies.pause_generation(), {"mode": "abort"}),
+    "pause_generation_in_place": ("PauseGenerationReqInput", bodies.pause_generation("in_place"),
+                                  {"mode": "in_place"}),
+    "continue_generation": ("ContinueGenerationReqInput", bodies.continue_generation(), {}),
+    "abort_all": ("AbortReq", bodies.abort_request(abort_all=True), {"abort_all": True}),
+    "abort_one": ("AbortReq", bodies.abort_request(rid="r-17"), {"rid": "r-17", "abort_all": False}),
+    "release_memory_all": ("ReleaseMemoryOccupationReqInput", bodies.release_memory_occupation(), {"tags": None}),
+    "release_memory_kv": ("ReleaseMemoryOccupationReqInput", bodies.release_memory_occupation(["kv_cache"]),
+                          {"tags": ["kv_cache"]}),
+    "resume_memory_weights": ("ResumeMemoryOccupationReqInput", bodies.resume_memory_occupation(["weights"]),
+                              {"tags": ["weights"]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_control_bodies_become_sglang_requests(case):
+    cls_name, body, expected = CASES[case]
+    obj = parse(cls_name, body)
+    for field, value in expected.items():
+        assert getattr(obj, field) == value, f"{cls_name}.{field}"
+
+
+class _Tokenizer:
+    """What SamplingParams.normalize asks of a tokenizer (stop strings' token lengths)."""
+
+    def encode(self, text, add_special_tokens=False):
+        return list(range(len(text)))
+
+
+def _rollout_args(**over):
+    args = dict(rollout_temperature=0.8, rollout_top_p=0.95, rollout_top_k=20, rollout_max_response_len=64,
+                rollout_stop=["</answer>"], rollout_stop_token_ids=[2, 7], rollout_skip_special_tokens=False)
+    return types.SimpleNamespace(**{**args, **over})
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_generate_body_becomes_generate_req_input_and_sampling_params(evaluation):
+    """The rollout's /generate body (engine_requests.generate over sampling_params_from_args plus the
+    per-sample seed) -> GenerateReqInput, and its sampling_params -> SGLang's SamplingParams the way
+    the tokenizer manager builds them (`SamplingParams(**params)`, normalize, verify)."""
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    args = _rollout_args(eval_temperature=0.6, eval_top_p=None, eval_top_k=None, eval_max_response_len=32)
+    params = {**sampling_params_from_args(args, evaluation), "sampling_seed": 1234}
+    body = bodies.generate([5, 6, 7], params, return_logprob=True)
+    obj = parse("GenerateReqInput", body)
+    assert obj.input_ids == [5, 6, 7] and obj.return_logprob is True and obj.text is None
+    sampling = SamplingParams(**obj.sampling_params)
+    sampling.normalize(_Tokenizer())
+    sampling.verify(1000)
+    assert sampling.temperature == (0.6 if evaluation else 0.8)
+    assert sampling.top_p == 0.95 and sampling.top_k == 20
+    assert sampling.max_new_tokens == (32 if evaluation else 64)
+    assert set(sampling.stop_token_ids) == {2, 7} and sampling.stop_strs == ["</answer>"]
+    assert sampling.skip_special_tokens is False and sampling.no_stop_trim is True
+    assert sampling.spaces_between_special_tokens is False and sampling.sampling_seed == 1234
+
+
+def test_generate_body_passes_sglangs_json_contract(sglang_version):
+    """0.5.23 also checks /generate bodies against its proto schema (`generate_contract_error`);
+    0.5.15.post1 has no such gate."""
+    body = bodies.generate([5, 6, 7], sampling_params_from_args(_rollout_args()), return_logprob=True)
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        pytest.skip(f"sglang {sglang_version} has no /generate JSON contract gate")
+    assert generate_contract_error(json.loads(json.dumps(body))) is None
+
+
+def test_a_misspelt_field_is_caught():
+    """The check itself: a field SGLang does not know would be dropped, so it fails here."""
+    with pytest.raises(AssertionError, match="flush_caches"):
+        parse("UpdateWeightsFromDistributedReqInput",
+              {"names": [], "dtypes": [], "shapes": [], "flush_caches": False})
