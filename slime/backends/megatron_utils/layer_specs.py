@@ -22,7 +22,7 @@ def _require_transformer_engine() -> None:
         raise ImportError(
             "--transformer-impl transformer_engine needs the transformer_engine package "
             "(GPU only: pip install transformer_engine[pytorch]); use --transformer-impl local "
-            "on CPU"
+            "on CPU (with --context-parallel-size 1: context parallelism needs Transformer Engine)"
         )
 
 

@@ -3,13 +3,15 @@
 A micro-batch is a set of samples packed into one row (`packing.pack_sequences`) that reaches the
 model as megatron's `PackedSeqParams` (THD): attention stays within each sample on both the
 Transformer Engine and the local spec. Its logits are turned into response-token log-probs (and
-entropy) with vocab-parallel math (gathered over context parallel ranks, so every CP rank sees the
-whole micro-batch's tensors), then into the loss of `--loss-type`. Loss scaling makes the step's gradient that of the mean over the global batch
-of each sample's mean token loss (slime's reduction), whatever the DP size and the number of
-micro-batches: megatron divides each micro-batch loss by the number of micro-batches and DDP
-averages over data-parallel ranks, so each micro-batch loss is multiplied by
-`num_microbatches * dp_size / global_batch_size` (or divided by the step's masked-token count
-with `--calculate-per-token-loss`).
+entropy) with vocab-parallel math, gathered over context-parallel ranks so that every CP rank
+holds the whole micro-batch's tensors, then into the loss of `--loss-type`. Loss scaling makes
+the step's gradient that of the mean over the global batch of each sample's mean token loss
+(slime's reduction), whatever the DP size and the number of micro-batches: megatron divides each
+micro-batch loss by the number of micro-batches and DDP averages over data-parallel ranks, so
+each micro-batch loss is multiplied by `num_microbatches * dp_size / global_batch_size` (or
+divided by the step's masked-token count with `--calculate-per-token-loss`). Under CP the
+schedule multiplies the loss by the CP size and DDP averages over data x context parallel ranks,
+which cancel: each CP rank back-propagates the whole loss through its own positions only.
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
 
 def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float, **logprob_kw):
     """Training loss function: `compute_loss(mb, log_probs, entropy, logits) -> (loss, metrics)`
-    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward."""
+    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward.
+    log_probs/entropy are whole (unsplit) on every CP rank; `logits` are this rank's row."""
     log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
     loss, metrics = compute_loss(mb, log_probs, entropy, logits)
     metrics = {k: v.detach().float() for k, v in metrics.items()}
