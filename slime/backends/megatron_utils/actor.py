@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
+from slime.backends.megatron_utils.packing import local_row_length
 from slime.utils.plugins import call_before_train_step_hook, call_custom_advantage, call_custom_loss
 from slime.utils.advantages import advantage_options_from_args, compute_advantages_and_returns
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
@@ -67,19 +68,19 @@ class MegatronTrainer:
     def _micro_batches(self, rollout_data: dict, indices: list[int], max_tokens: int | None, keys=()) -> list:
         args = self.args
         lengths = [len(rollout_data["tokens"][i]) for i in indices]
-        if args.use_dynamic_batch_size:
-            groups = self._agreed_microbatches(lengths, max_tokens)
+        mpu = _mpu()
+        cp = dict(cp_rank=mpu.get_context_parallel_rank(), cp_size=mpu.get_context_parallel_world_size())
+        if args.use_dynamic_batch_size:  # --max-tokens-per-gpu counts each GPU's share of a CP split
+            groups = self._agreed_microbatches(lengths, max_tokens * cp["cp_size"])
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
-        tp = _mpu().get_tensor_model_parallel_world_size()
-        pad = tp if self.state.config.sequence_parallel else 1
+        pad = mpu.get_tensor_model_parallel_world_size() if self.state.config.sequence_parallel else 1
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-        with_mask = self.args.transformer_impl == "local"
         groups = [[indices[j] for j in g] for g in groups if g]
-        lengths = self._padded_lengths(rollout_data, groups)
-        return [ts.build_micro_batch(rollout_data, g, pad_to=pad, with_mask=with_mask, device=device,
-                                     keys=keys, min_length=n) for g, n in zip(groups, lengths)]
+        lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])
+        return [ts.build_micro_batch(rollout_data, g, pad_to=pad, device=device, keys=keys, min_length=n, **cp)
+                for g, n in zip(groups, lengths)]
 
     @staticmethod
     def _agreed_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -95,12 +96,13 @@ class MegatronTrainer:
                 return groups
             num = int(counts[0])
 
-    def _padded_lengths(self, rollout_data: dict, groups: list[list[int]]) -> list[int]:
-        """Row length of each micro-batch. Pipeline stages exchange fixed-shape activations
-        (pad all to the longest); the allgather MoE dispatcher gathers equal-sized token blocks
-        from every expert-parallel rank (pad micro-batch j to its longest over data parallel)."""
+    def _padded_lengths(self, rollout_data: dict, groups: list[list[int]], cp_size: int) -> list[int]:
+        """Row length of each micro-batch (this CP rank's share). Pipeline stages exchange
+        fixed-shape activations (pad all to the longest); the allgather MoE dispatcher gathers
+        equal-sized token blocks from every expert-parallel rank (pad micro-batch j to its longest
+        over data parallel)."""
         mpu = _mpu()
-        lengths = torch.tensor([sum(len(rollout_data["tokens"][i]) for i in g) for g in groups])
+        lengths = torch.tensor([local_row_length([len(rollout_data["tokens"][i]) for i in g], cp_size) for g in groups])
         if mpu.get_expert_model_parallel_world_size() > 1 and mpu.get_data_parallel_world_size() > 1:
             dist.all_reduce(lengths, op=dist.ReduceOp.MAX, group=mpu.get_data_parallel_group())
         if mpu.get_pipeline_model_parallel_world_size() > 1:
@@ -131,7 +133,8 @@ class MegatronTrainer:
 
     def _logprob_kw(self, with_entropy: bool) -> dict:
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
-                    with_entropy=with_entropy, vocab_size=self.args.vocab_size)
+                    with_entropy=with_entropy, vocab_size=self.args.vocab_size,
+                    cp_group=_mpu().get_context_parallel_group())
 
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""

@@ -3,7 +3,9 @@
 Owns the choice between Transformer Engine specs (``--transformer-impl
 transformer_engine``, GPU) and our local spec (``local``): megatron-core's local
 GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 with
-sequence parallel (required by MoE) works without Transformer Engine.
+sequence parallel (required by MoE) works without Transformer Engine, and its
+``DotProductAttention`` swapped for ``PackedDotProductAttention``, which runs packed
+micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU.
 """
 
 import copy
@@ -20,21 +22,25 @@ def _require_transformer_engine() -> None:
         raise ImportError(
             "--transformer-impl transformer_engine needs the transformer_engine package "
             "(GPU only: pip install transformer_engine[pytorch]); use --transformer-impl local "
-            "on CPU"
+            "on CPU (with --context-parallel-size 1: context parallelism needs Transformer Engine)"
         )
 
 
-def _swap_norms(layer_spec):
-    """Deep-copied layer spec whose RMSNorms (input, pre-MLP, q/k) are ours."""
+def _local_layer(layer_spec, rms_norm: bool):
+    """Deep-copied layer spec with our core attention and, under RMSNorm, our norms (input,
+    pre-MLP, q/k)."""
     from megatron.core.transformer.identity_op import IdentityOp
 
     from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
 
     spec = copy.deepcopy(layer_spec)
     sub = spec.submodules
+    attn = sub.self_attention.submodules
+    _swap_core_attention(attn)
+    if not rms_norm:
+        return spec
     sub.input_layernorm = SequenceParallelRMSNorm
     sub.pre_mlp_layernorm = SequenceParallelRMSNorm
-    attn = sub.self_attention.submodules
     for name in ("q_layernorm", "k_layernorm"):
         if getattr(attn, name) is not IdentityOp:
             setattr(attn, name, SequenceParallelRMSNorm)
@@ -48,6 +54,16 @@ def _swap_norms(layer_spec):
     return spec
 
 
+def _swap_core_attention(attn_submodules) -> None:
+    """megatron's DotProductAttention (no packed sequences) -> our PackedDotProductAttention."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    from slime.backends.megatron_utils.packed_attention import PackedDotProductAttention
+
+    if attn_submodules.core_attention is DotProductAttention:
+        attn_submodules.core_attention = PackedDotProductAttention
+
+
 def _is_moe(mlp_spec) -> bool:
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
@@ -57,8 +73,9 @@ def _is_moe(mlp_spec) -> bool:
 def local_block_spec(config, vp_stage=None, pp_rank=None):
     """Decoder block spec of megatron-core local modules for this PP stage.
 
-    With RMSNorm every norm is ``SequenceParallelRMSNorm``; MoE layers use
-    ``SequentialMLP`` experts (``mlp.experts.local_experts.{i}``).
+    Core attention is ``PackedDotProductAttention``; with RMSNorm every norm is
+    ``SequenceParallelRMSNorm``; MoE layers use ``SequentialMLP`` experts
+    (``mlp.experts.local_experts.{i}``).
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
@@ -74,18 +91,18 @@ def local_block_spec(config, vp_stage=None, pp_rank=None):
         vp_stage=vp_stage,
         pp_rank=pp_rank,
     )
-    if config.normalization != "RMSNorm":
-        return block
-    from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
-
+    rms_norm = config.normalization == "RMSNorm"
     swapped = {}
     layers = []
     for spec in block.layer_specs:
         if id(spec) not in swapped:
-            swapped[id(spec)] = _swap_norms(spec)
+            swapped[id(spec)] = _local_layer(spec, rms_norm)
         layers.append(swapped[id(spec)])
     block.layer_specs = layers
-    block.layer_norm = SequenceParallelRMSNorm
+    if rms_norm:
+        from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
+
+        block.layer_norm = SequenceParallelRMSNorm
     return block
 
 

@@ -5,6 +5,10 @@ vocabulary. The log-partition function and the entropy need sums over the whole 
 they are all-reduced across the TP group with autograd-aware collectives; on one rank
 (`tp_group=None` or size 1) this is plain log-softmax. Logits are divided by the rollout
 temperature first, matching what the engines report as the sampled tokens' log-probs.
+
+Under context parallelism each CP rank predicts only the response tokens at its positions;
+`gather_context_parallel` puts every rank's values into the micro-batch's flat response vector
+so each CP rank computes the loss on exactly the unsplit tensors.
 """
 
 from __future__ import annotations
@@ -80,3 +84,16 @@ def vocab_parallel_log_probs(
     weighted = torch.where(exp > 0, exp * shifted, torch.zeros_like(exp))  # 0 * -inf at padding
     expected = _sum(weighted.sum(dim=-1), tp_group, size) / sum_exp
     return log_probs, log_z - expected
+
+
+def gather_context_parallel(values: torch.Tensor, flat_index: torch.Tensor, total: int, cp_group=None) -> torch.Tensor:
+    """values [R] at flat positions `flat_index` (this CP rank's share) -> the whole [total] vector.
+
+    The CP ranks' positions are disjoint and cover 0..total-1, so the vector is an all-reduced
+    sum. Every CP rank then computes the same loss from it, so the backward keeps each rank's
+    gradient for its own positions (no second reduction): the pipeline schedule multiplies the
+    loss by the CP size and DDP averages gradients over data x context parallel, which together
+    give the unsplit gradient."""
+    full = values.new_zeros(total).index_put((flat_index,), values)
+    _, size = _tp(cp_group)
+    return _sum(full, cp_group, size)

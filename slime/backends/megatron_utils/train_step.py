@@ -1,13 +1,17 @@
 """Micro-batches through megatron's pipeline schedule: log-probs (forward only) and loss steps.
 
-A micro-batch is a set of samples packed into one row (`packing.pack_sequences`). Its logits are
-turned into response-token log-probs (and entropy) with vocab-parallel math, then into the loss
-of `--loss-type`. Loss scaling makes the step's gradient that of the mean over the global batch
-of each sample's mean token loss (slime's reduction), whatever the DP size and the number of
-micro-batches: megatron divides each micro-batch loss by the number of micro-batches and DDP
-averages over data-parallel ranks, so each micro-batch loss is multiplied by
-`num_microbatches * dp_size / global_batch_size` (or divided by the step's masked-token count
-with `--calculate-per-token-loss`).
+A micro-batch is a set of samples packed into one row (`packing.pack_sequences`) that reaches the
+model as megatron's `PackedSeqParams` (THD): attention stays within each sample on both the
+Transformer Engine and the local spec. Its logits are turned into response-token log-probs (and
+entropy) with vocab-parallel math, gathered over context-parallel ranks so that every CP rank
+holds the whole micro-batch's tensors, then into the loss of `--loss-type`. Loss scaling makes
+the step's gradient that of the mean over the global batch of each sample's mean token loss
+(slime's reduction), whatever the DP size and the number of micro-batches: megatron divides each
+micro-batch loss by the number of micro-batches and DDP averages over data-parallel ranks, so
+each micro-batch loss is multiplied by `num_microbatches * dp_size / global_batch_size` (or
+divided by the step's masked-token count with `--calculate-per-token-loss`). Under CP the
+schedule multiplies the loss by the CP size and DDP averages over data x context parallel ranks,
+which cancel: each CP rank back-propagates the whole loss through its own positions only.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from slime.backends.megatron_utils.logprobs import vocab_parallel_log_probs
-from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, response_slices, response_targets
+from slime.backends.megatron_utils.logprobs import gather_context_parallel, vocab_parallel_log_probs
+from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, packed_seq_params
 
 
 @dataclass
@@ -32,14 +36,16 @@ class MicroBatch:
     loss_masks: list[torch.Tensor] = field(default_factory=list)
 
 
-def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, with_mask: bool, device,
-                      keys: tuple[str, ...] = (), min_length: int = 0) -> MicroBatch:
-    """Pack the samples `indices` of `rollout_data`; `keys` name per-sample per-token lists
-    (e.g. advantages, log_probs) concatenated into flat tensors."""
+def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, device, keys: tuple[str, ...] = (),
+                      min_length: int = 0, cp_rank: int = 0, cp_size: int = 1) -> MicroBatch:
+    """Pack the samples `indices` of `rollout_data` into this CP rank's row; `keys` name
+    per-sample per-token lists (e.g. advantages, log_probs) concatenated into flat tensors (whole
+    samples: the loss runs on the unsplit response tokens on every CP rank)."""
     packed = pack_sequences(
         [rollout_data["tokens"][i] for i in indices],
         [rollout_data["response_lengths"][i] for i in indices],
-        sample_ids=indices, pad_to_multiple=pad_to, with_mask=with_mask, device=device, min_length=min_length,
+        sample_ids=indices, pad_to_multiple=pad_to, device=device, min_length=min_length,
+        cp_rank=cp_rank, cp_size=cp_size,
     )
     tensors = {
         key: torch.cat([torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in indices]).to(device)
@@ -50,13 +56,18 @@ def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, wi
 
 
 def response_log_probs(logits: torch.Tensor, mb: MicroBatch, *, tp_group, temperature: float,
-                       with_entropy: bool, vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logits [1, T, V/tp] -> flat log-probs (and entropy) of every response token of `mb`."""
-    rows = logits[0]
-    picked = torch.cat([rows[s] for s in response_slices(mb.packed)])
-    targets = torch.cat(response_targets(mb.packed))
-    return vocab_parallel_log_probs(picked, targets, tp_group=tp_group, temperature=temperature,
-                                    with_entropy=with_entropy, vocab_size=vocab_size)
+                       with_entropy: bool, vocab_size: int | None = None,
+                       cp_group=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [1, T, V/tp] (this CP rank's row) -> flat log-probs (and entropy) of every response
+    token of `mb`, [sum(response_lengths)] in sample order, the same on every CP rank."""
+    packed = mb.packed
+    picked = logits[0].index_select(0, packed.logit_index)
+    log_probs, entropy = vocab_parallel_log_probs(picked, packed.target_ids, tp_group=tp_group,
+                                                  temperature=temperature, with_entropy=with_entropy,
+                                                  vocab_size=vocab_size)
+    def whole(values):
+        return gather_context_parallel(values, packed.flat_index, packed.num_response_tokens, cp_group)
+    return whole(log_probs), (whole(entropy) if entropy is not None else None)
 
 
 def _forward_step(loss_fn: Callable, data_iterator, model):
@@ -64,7 +75,8 @@ def _forward_step(loss_fn: Callable, data_iterator, model):
     output = model(
         input_ids=mb.packed.tokens,
         position_ids=mb.packed.position_ids,
-        attention_mask=mb.packed.attention_mask,
+        attention_mask=None,
+        packed_seq_params=packed_seq_params(mb.packed),
     )
     return output, partial(loss_fn, mb)
 
@@ -76,7 +88,8 @@ def run_schedule(model: list, micro_batches: list[MicroBatch], loss_fn: Callable
 
     if not micro_batches:
         return []
-    seq_len = max(mb.packed.tokens.shape[1] for mb in micro_batches)
+    # megatron divides seq_length by the CP size (and TP under SP) for pipeline messages
+    seq_len = max(mb.packed.num_tokens * mb.packed.cp_size for mb in micro_batches)
     return get_forward_backward_func()(
         forward_step_func=partial(_forward_step, loss_fn),
         data_iterator=iter(micro_batches),
@@ -90,7 +103,7 @@ def run_schedule(model: list, micro_batches: list[MicroBatch], loss_fn: Callable
 
 def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
     """Forward-only loss function: reports response log-probs (and entropy) per sample.
-    `logprob_kw`: tp_group, temperature, with_entropy, vocab_size of `response_log_probs`."""
+    `logprob_kw`: tp_group, temperature, with_entropy, vocab_size, cp_group of `response_log_probs`."""
     log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
     split = list(mb.packed.response_lengths)
     out = {"sample_ids": mb.packed.sample_ids, "log_probs": [t.detach().cpu() for t in log_probs.split(split)]}
@@ -101,7 +114,8 @@ def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
 
 def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float, **logprob_kw):
     """Training loss function: `compute_loss(mb, log_probs, entropy, logits) -> (loss, metrics)`
-    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward."""
+    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward.
+    log_probs/entropy are whole (unsplit) on every CP rank; `logits` are this rank's row."""
     log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
     loss, metrics = compute_loss(mb, log_probs, entropy, logits)
     metrics = {k: v.detach().float() for k, v in metrics.items()}

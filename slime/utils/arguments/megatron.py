@@ -114,7 +114,9 @@ def _add_parallel(group) -> None:
     add("--pipeline-model-parallel-size", type=int, default=1, help="Pipeline parallel size (PP).")
     add("--decoder-first-pipeline-num-layers", type=int, default=None, help="Layers on the first PP stage.")
     add("--decoder-last-pipeline-num-layers", type=int, default=None, help="Layers on the last PP stage.")
-    add("--context-parallel-size", type=int, default=1, help="Context parallel size (CP).")
+    add("--context-parallel-size", type=int, default=1,
+        help="Context parallel size (CP): each sequence split in 2*CP chunks, rank i holding chunks i and "
+             "2*CP-1-i (needs --transformer-impl transformer_engine, GPU).")
     add("--expert-model-parallel-size", type=int, default=1, help="Expert parallel size (EP).")
     add("--expert-tensor-parallel-size", type=int, default=None, help="Expert tensor parallel size (None: = TP).")
     add("--recompute-granularity", choices=("full", "selective"), default=None, help="Activation recompute.")
@@ -207,6 +209,9 @@ def _check_layout(args: argparse.Namespace) -> None:
                         ("--context-parallel-size", cp), ("--expert-model-parallel-size", ep),
                         ("--expert-tensor-parallel-size", etp)):
         require(value >= 1, f"{flag} must be >= 1, got {value}")
+    require(cp == 1 or args.transformer_impl == "transformer_engine",
+            f"--context-parallel-size {cp} needs --transformer-impl transformer_engine (context-parallel "
+            f"attention is Transformer Engine's); --transformer-impl {args.transformer_impl} runs CP 1 only")
     world = world_size(args)
     require(world % (tp * pp * cp) == 0,
             f"world size {world} (--actor-num-nodes {args.actor_num_nodes} x --actor-num-gpus-per-node "
@@ -243,7 +248,7 @@ def validate(args: argparse.Namespace) -> list[str]:
     --kv-channels = hidden / heads, --ffn-hidden-size, --moe-ffn-hidden-size,
     --expert-tensor-parallel-size = TP). The world size (--actor-num-nodes x
     --actor-num-gpus-per-node) must be divisible by TP x PP x CP, and EP x ETP must divide
-    world / PP; --num-experts divisible by EP; heads and query groups divisible by TP; a list
+    world / PP; CP > 1 needs --transformer-impl transformer_engine; --num-experts divisible by EP; heads and query groups divisible by TP; a list
     --moe-layer-freq has --num-layers entries; --num-layers divisible by PP unless uneven stages
     are given; --sequence-parallel with TP 1 is disabled with a warning; TP > 1 with MoE needs
     --sequence-parallel; --bf16/--fp16 and the two warm-up flags exclude each other;

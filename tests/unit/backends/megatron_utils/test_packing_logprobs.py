@@ -1,29 +1,95 @@
-"""Packing (mask, positions, response slices) and vocab-parallel log-probs on one rank."""
+"""Packing (THD segments, positions, response picks, context-parallel zigzag) and vocab-parallel
+log-probs on one rank."""
 
+import pytest
 import torch
 
-from slime.backends.megatron_utils.logprobs import vocab_parallel_log_probs
-from slime.backends.megatron_utils.packing import gather_response, pack_sequences, response_slices, response_targets
+from slime.backends.megatron_utils.logprobs import gather_context_parallel, vocab_parallel_log_probs
+from slime.backends.megatron_utils.packing import (
+    cp_padded_length,
+    local_row_length,
+    pack_sequences,
+    packed_seq_params,
+    zigzag_positions,
+)
 
 
-def test_pack_two_samples_mask_and_positions():
+def test_pack_two_samples_segments_and_positions():
     batch = pack_sequences([[5, 6, 7], [8, 9]], response_lengths=[1, 1], pad_to_multiple=3)
     assert batch.tokens.tolist() == [[5, 6, 7, 8, 9, 0]]
     assert batch.position_ids.tolist() == [[0, 1, 2, 0, 1, 0]]
-    assert batch.cu_seqlens.tolist() == [0, 3, 5]
-    allowed = ~batch.attention_mask[0, 0]
-    # sample 2's first token sees only itself, never sample 1
-    assert allowed[3].tolist() == [False, False, False, True, False, False]
-    assert allowed[2].tolist() == [True, True, True, False, False, False]
-    assert allowed[5].tolist() == [False] * 5 + [True]
+    # the end padding is a segment of its own: no sample attends to it, cu_seqlens covers the row
+    assert batch.cu_seqlens.tolist() == [0, 3, 5, 6]
+    assert batch.cu_seqlens.dtype == torch.int32 and batch.max_seqlen == 3
+    params = packed_seq_params(batch)
+    assert params.qkv_format == "thd" and params.max_seqlen_q == params.max_seqlen_kv == 3
+    assert params.cu_seqlens_q is batch.cu_seqlens and params.cu_seqlens_kv is batch.cu_seqlens
 
 
-def test_response_slices_predict_response_tokens():
+def test_no_padding_segment_when_the_row_is_full():
+    batch = pack_sequences([[1, 2, 3, 4], [5, 6, 7]], response_lengths=[2, 1], min_length=7)
+    assert batch.cu_seqlens.tolist() == [0, 4, 7]
+    assert pack_sequences([[1, 2, 3]], [1], min_length=5).cu_seqlens.tolist() == [0, 3, 5]
+
+
+def test_response_picks_predict_response_tokens():
     batch = pack_sequences([[1, 2, 3, 4], [5, 6, 7]], response_lengths=[2, 1])
-    assert response_slices(batch) == [slice(1, 3), slice(5, 6)]
-    assert [t.tolist() for t in response_targets(batch)] == [[3, 4], [7]]
-    per_pos = torch.arange(7.0)
-    assert gather_response(per_pos, batch).tolist() == [1.0, 2.0, 5.0]
+    # position t predicts token t + 1: responses [3, 4] and [7] are predicted at 1, 2 and 5
+    assert batch.logit_index.tolist() == [1, 2, 5]
+    assert batch.target_ids.tolist() == [3, 4, 7]
+    assert batch.flat_index.tolist() == [0, 1, 2]
+
+
+def test_zigzag_chunks():
+    assert cp_padded_length(7, 1) == 7 and cp_padded_length(7, 2) == 8 and cp_padded_length(9, 2) == 12
+    # 8 tokens, cp 2: chunks of 2; rank 0 takes chunks 0 and 3, rank 1 chunks 1 and 2
+    assert zigzag_positions(8, 0, 2).tolist() == [0, 1, 6, 7]
+    assert zigzag_positions(8, 1, 2).tolist() == [2, 3, 4, 5]
+    with pytest.raises(ValueError, match="multiple of 2"):
+        zigzag_positions(6, 0, 2)
+    assert local_row_length([7, 9], cp_size=2) == 4 + 6 and local_row_length([7, 9]) == 16
+
+
+def _cp_samples():
+    g = torch.Generator().manual_seed(0)
+    lengths, responses = (7, 9, 5, 12), (3, 4, 2, 6)
+    return [torch.randint(1, 50, (n,), generator=g).tolist() for n in lengths], list(responses)
+
+
+@pytest.mark.parametrize("cp", [2, 3])
+def test_context_parallel_split_covers_the_unsplit_batch(cp):
+    seqs, resp = _cp_samples()
+    whole = pack_sequences(seqs, resp)
+    ranks = [pack_sequences(seqs, resp, pad_to_multiple=2, cp_rank=r, cp_size=cp) for r in range(cp)]
+    padded = [cp_padded_length(len(s), cp) for s in seqs]
+    for batch in ranks:
+        # cu_seqlens: whole padded samples (+ the end padding), as TE's THD CP attention expects
+        assert batch.cu_seqlens.tolist()[:5] == [0, *torch.tensor(padded).cumsum(0).tolist()]
+        assert int(batch.cu_seqlens[-1]) == batch.num_tokens * cp
+        assert batch.num_tokens % 2 == 0 and batch.max_seqlen == max(padded)
+    # every response token is predicted on exactly one rank, with the unsplit target
+    flat = torch.cat([b.flat_index for b in ranks])
+    assert sorted(flat.tolist()) == list(range(sum(resp)))
+    targets = torch.zeros(sum(resp), dtype=torch.long)
+    for b in ranks:
+        targets[b.flat_index] = b.target_ids
+        # the predicting row position holds the same token at the same sample position as unsplit
+        for field in ("tokens", "position_ids"):
+            got, want = getattr(b, field)[0, b.logit_index], getattr(whole, field)[0, whole.logit_index]
+            assert got.tolist() == want[b.flat_index].tolist()
+    assert targets.tolist() == whole.target_ids.tolist()
+    for r, b in enumerate(ranks):  # each rank's row is its zigzag chunks, sample after sample
+        want = torch.cat([torch.tensor(s + [0] * (p - len(s)))[zigzag_positions(p, r, cp)]
+                          for s, p in zip(seqs, padded)])
+        assert b.tokens[0, :len(want)].tolist() == want.tolist()
+
+
+def test_context_parallel_gather_on_one_rank_is_a_scatter():
+    values = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    full = gather_context_parallel(values, torch.tensor([2, 0, 4]), 5)
+    assert full.tolist() == [2.0, 0.0, 1.0, 0.0, 3.0]
+    (full * torch.arange(5.0)).sum().backward()
+    assert values.grad.tolist() == [2.0, 0.0, 4.0]
 
 
 def test_log_probs_and_entropy_match_softmax():
@@ -39,7 +105,5 @@ def test_log_probs_and_entropy_match_softmax():
 
 
 def test_bad_response_length_is_named():
-    import pytest
-
     with pytest.raises(ValueError, match="response length 3"):
         pack_sequences([[1, 2, 3]], response_lengths=[3])

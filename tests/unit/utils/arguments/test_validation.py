@@ -47,6 +47,8 @@ ERROR_CASES = [
     (["--recompute-granularity", "selective", "--recompute-method", "uniform"],
      ["--recompute-method uniform", "--recompute-granularity full"]),
     (["--bf16", "--fp16"], ["--bf16", "--fp16"]),
+    (["--context-parallel-size", "2", "--transformer-impl", "local"],
+     ["--context-parallel-size 2", "--transformer-impl local"]),
 ]
 
 
