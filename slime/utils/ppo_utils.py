@@ -256,20 +256,21 @@ def compute_gspo_kl(
 
 def compute_cispo_loss(
     ppo_kl: torch.Tensor,
-    advantages: torch.Tensor,
-    eps_clip_high: float,
     log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_clip: float,
+    eps_clip_high: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """CISPO per-token loss: -stopgrad(min(ratio, 1 + eps_clip_high)) * A * log_probs.
+    """CISPO per-token loss: -stopgrad(clip(ratio, 1 - eps_clip, 1 + eps_clip_high)) * A * log_probs.
 
-    ratio = exp(-ppo_kl). The truncated importance weight carries no gradient, so the gradient flows
-    only through `log_probs` (every token keeps a gradient, unlike PPO clipping). Returns
-    (loss, clipfrac) with clipfrac 1.0 where the ratio was truncated.
+    slime's signature and clipping. ratio = exp(-ppo_kl). The clipped importance weight carries no
+    gradient, so the gradient flows only through `log_probs` (every token keeps a gradient, unlike
+    PPO clipping). Returns (loss, clipfrac) with clipfrac 1.0 where the ratio was clipped.
     """
     ratio = torch.exp(-ppo_kl)
-    weight = ratio.clamp(max=1.0 + eps_clip_high).detach()
-    loss = -weight * advantages * log_probs
-    return loss, (ratio > 1.0 + eps_clip_high).float()
+    clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip_high)
+    loss = -clipped.detach() * advantages * log_probs
+    return loss, (clipped != ratio).float()
 
 
 def compute_tis_weights(

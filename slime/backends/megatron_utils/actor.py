@@ -189,8 +189,6 @@ class MegatronTrainer:
         common = dict(loss_masks=mb.loss_masks, response_lengths=lengths, total_lengths=mb.packed.total_lengths)
         if args.loss_type == "sft_loss":
             return fn(log_probs=log_probs, **common, **opts)
-        if args.custom_tis_function_path:
-            opts["tis_function"] = load_function(args.custom_tis_function_path)
         return fn(log_probs=log_probs, old_log_probs=t["log_probs"], advantages=t["advantages"],
                   ref_log_probs=t.get("ref_log_probs"), entropy=entropy,
                   rollout_log_probs=t.get("rollout_log_probs"), **common, **opts)

@@ -17,11 +17,21 @@ import asyncio
 import inspect
 from typing import Any
 
+from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
+from slime.rollout.rm_hub.f1 import f1_score
+from slime.rollout.rm_hub.math_dapo import compute_score as compute_score_dapo
+from slime.rollout.rm_hub.math_utils import extract_answer as extract_boxed_answer
+from slime.rollout.rm_hub.math_utils import grade_answer_verl
 from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
+from slime.rollout.rm_hub.remote_rm import remote_rm
 from slime.utils.misc import load_function
 from slime.utils.plugins import call_reward_fn
 
-__all__ = ["async_rm", "batched_async_rm", "resolve_rm_type"]
+# slime re-exports these graders from the package; `remote_rm` here is the function.
+__all__ = [
+    "async_rm", "batched_async_rm", "resolve_rm_type", "remote_rm", "get_deepscaler_rule_based_reward",
+    "f1_score", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
+]
 
 
 def resolve_rm_type(args, sample) -> str:

@@ -125,7 +125,7 @@ def test_policy_loss_custom_tis_masks_drive_reduction():
         return pg_loss, masks, {"dropped": torch.ones_like(pg_loss)}
 
     # sample 0 keeps only token 0: -1.1 / 1 + 0.8 = -0.3
-    loss, metrics = _policy(rollout_log_probs=OLD, tis_function=drop_second_token)
+    loss, metrics = _policy(rollout_log_probs=OLD, use_tis=True, tis_function=drop_second_token)
     assert seen["lengths"] == [2, 1]
     _close(loss, -0.3)
     _close(metrics["dropped"], 2.0)

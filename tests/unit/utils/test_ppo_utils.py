@@ -201,15 +201,17 @@ def test_gspo_kl_flattens_and_broadcasts_to_local_tokens():
 
 
 def test_cispo_gradient_flows_only_through_log_prob():
-    # ppo_kl = old - new = [0, -1] -> ratio [1, e]; weight = min(ratio, 1.28) = [1, 1.28], detached
-    # loss = -w * A * logp = [-1*1*(-1), -1.28*2*(-2)] = [1, 5.12]; grad = -w * A = [-1, -2.56]
+    # slime's signature compute_cispo_loss(ppo_kl, log_probs, advantages, eps_clip, eps_clip_high).
+    # ppo_kl = old - new = [0, -1, 1] -> ratio [1, e, 1/e]; weight = clip(ratio, 0.8, 1.28)
+    # = [1, 1.28, 0.8], detached. loss = -w * A * logp = [1, 5.12, 1.6]; grad = -w * A
     # (without the stop-gradient token 0 would get -A * (ratio * logp + ratio) = 0)
-    log_probs = _t(-1.0, -2.0).requires_grad_()
-    loss, clipfrac = ppo_utils.compute_cispo_loss(_t(-1.0, -3.0) - log_probs, _t(1.0, 2.0), 0.28, log_probs)
-    _close(loss, [1.0, 5.12], atol=1e-5)
-    _close(clipfrac, [0.0, 1.0])
+    log_probs = _t(-1.0, -2.0, -2.0).requires_grad_()
+    advantages = _t(1.0, 2.0, 1.0)
+    loss, clipfrac = ppo_utils.compute_cispo_loss(_t(-1.0, -3.0, -1.0) - log_probs, log_probs, advantages, 0.2, 0.28)
+    _close(loss, [1.0, 5.12, 1.6], atol=1e-5)
+    _close(clipfrac, [0.0, 1.0, 1.0])
     loss.sum().backward()
-    _close(log_probs.grad, [-1.0, -2.56], atol=1e-5)
+    _close(log_probs.grad, [-1.0, -2.56, -0.8], atol=1e-5)
 
 
 def test_tis_weights_truncate_and_detach():
