@@ -229,6 +229,7 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
     pending: dict[asyncio.Task, int] = {}
     kept: list[tuple[int, list[Sample]]] = []
+    dropped: list[list[Sample]] = []
     drops: Counter = Counter()
     order = 0
     while len(kept) < target:
@@ -250,15 +251,27 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
                 kept.append((position, group))
             else:
                 drops[verdict.reason or "filtered"] += 1
+                dropped.append(group)
     kept.sort(key=lambda x: x[0])
     # groups that finished beyond the target in the last round are spare, like the aborted ones
     leftovers = await _drain(ctx, pending) + [g for _, g in kept[target:]]
     if args.partial_rollout and leftovers:
         data_source.add_samples(leftovers)
     kept = [g for _, g in kept[:target]]
+    _run_after_rollout_plugins(args, kept, kept + dropped, data_source)
     metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
     metrics["rollout/aborted_groups"] = float(len(leftovers))
     return kept, metrics
+
+
+def _run_after_rollout_plugins(args, kept: list[list[Sample]], finished: list[list[Sample]], data_source) -> None:
+    """slime's after-rollout plugins, returns ignored: `--rollout-sample-filter-path` sees the kept
+    groups (it may set `remove_sample`); `--rollout-all-samples-process-path` sees every finished
+    group, the dynamically filtered ones included, and the data source's `get_samples`."""
+    if args.rollout_sample_filter_path:
+        load_function(args.rollout_sample_filter_path)(args, kept)
+    if args.rollout_all_samples_process_path:
+        load_function(args.rollout_all_samples_process_path)(args, finished, data_source.get_samples)
 
 
 async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:

@@ -47,6 +47,12 @@ PLUGIN_FLAGS: dict[str, str] = {
     "custom_megatron_init_path": "fn(args) -> None",
     "custom_megatron_before_train_step_hook_path": "fn(args, rollout_id, step_id, model,"
     " optimizer, opt_param_scheduler) -> None",
+    "rollout_sample_filter_path": "fn(args, groups) -> None (may set sample.remove_sample)",
+    "rollout_all_samples_process_path": "fn(args, all_groups, get_samples) -> None",
+    "custom_rollout_log_function_path": "fn(rollout_id, args, samples, extra_metrics, rollout_time)"
+    " -> bool (True: skip the default rollout metrics)",
+    "custom_eval_rollout_log_function_path": "fn(rollout_id, args, data, extra_metrics) -> bool"
+    " (True: skip the default eval metrics)",
     "rollout_sample_hook_path": "hook(args, sample[, rollout_id=, evaluation=]) -> Sample | None"
     " (sync or async; given only the keywords it declares)",
 }
@@ -194,6 +200,12 @@ async def call_sample_hook(fn: Callable, args, sample: Sample, **kwargs) -> Samp
     if not isinstance(out, Sample):
         raise _bad("rollout_sample_hook_path", fn, "a Sample or None", out)
     return out
+
+
+def call_log_function(fn: Callable, *call_args) -> bool:
+    """Call `--custom-rollout-log-function-path` / `--custom-eval-rollout-log-function-path` with
+    slime's positional arguments; True means the default metrics are skipped."""
+    return bool(fn(*call_args))
 
 
 def call_buffer_filter(

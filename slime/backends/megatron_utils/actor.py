@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
-from slime.utils.plugins import call_before_train_step_hook, call_custom_advantage, call_custom_loss
+from slime.utils.plugins import (call_before_train_step_hook, call_custom_advantage, call_custom_loss,
+                                 call_rollout_data_postprocess)
 from slime.utils.advantages import advantage_options_from_args, compute_advantages_and_returns
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
 from slime.utils.misc import load_function
@@ -215,6 +216,9 @@ class MegatronTrainer:
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
         self._fill_advantages(rollout_data, mine)
+        if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
+            call_rollout_data_postprocess(load_function(self.args.rollout_data_postprocess_path), self.args,
+                                          rollout_id, rollout_data)
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
         metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes

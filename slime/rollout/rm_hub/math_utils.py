@@ -223,11 +223,14 @@ def grade_answer(pred: str, label) -> float:
 
 
 def grade_math(response: str, label) -> int:
-    """The `math` reward, as slime scores it: 1 if the last boxed answer equals the label (or any
-    of a list of labels), else 0; a response without `\\boxed{}` scores 0."""
+    """The `math` reward: 1 if the last boxed content equals the label (or any of a list of
+    labels), else 0 (an int, as in slime). Unlike slime (0 without `\\boxed{}`), a response with
+    no boxed answer is compared whole: the CPU toy task answers with a bare token
+    (docs/plugins.md, deliberate differences). `grade_answer_verl` is slime's strict check."""
     if label is None:
         raise ValueError("rm_type 'math' needs sample.label (set --label-key)")
-    return int(any(grade_answer_verl(response, lab) for lab in label_candidates(label)))
+    boxed = extract_boxed_answer(response)
+    return int(grade_answer(boxed if boxed is not None else response.strip(), label))
 
 
 # slime's public names (slime.rollout.rm_hub.math_utils), on top of the functions above.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from slime.utils.arguments.common import check_path_exists, positive_int, require, strip_slice
+from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION, check_path_exists, positive_int, require, strip_slice
 
 # eval dest -> rollout dest it falls back to when left at None.
 _FALLBACKS = {
@@ -42,6 +42,15 @@ def eval_datasets(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Return ``--eval-prompt-data`` as [(name, path), ...] (empty when not given)."""
     items = args.eval_prompt_data or []
     return [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+
+
+def evaluates(args: argparse.Namespace) -> bool:
+    """Whether evaluation runs at all: `--eval-interval` with eval data, or with an
+    `--eval-function-path` of the user's own (which may bring its data itself)."""
+    if not args.eval_interval:
+        return False
+    custom_fn = args.eval_function_path not in (None, DEFAULT_ROLLOUT_FUNCTION)
+    return bool(args.eval_prompt_data) or custom_fn
 
 
 def validate(args: argparse.Namespace) -> list[str]:

@@ -160,3 +160,35 @@ def test_client_errors_are_not_retried(args, monkeypatch):
     with pytest.raises(EngineHTTPError, match="400"):
         _one_request(args)
     assert len(calls) == 1
+
+
+SEEN: dict = {}
+
+
+def mark_first_group_removed(args, groups):
+    """--rollout-sample-filter-path used below: return value is ignored, remove_sample is kept."""
+    SEEN["filter"] = [[s.index for s in g] for g in groups]
+    for s in groups[0]:
+        s.remove_sample = True
+    return "ignored"
+
+
+def count_all_groups(args, groups, get_samples):
+    """--rollout-all-samples-process-path used below."""
+    SEEN["all"] = (len(groups), callable(get_samples))
+
+
+def drop_group_zero(args, samples, **kwargs):
+    return samples[0].group_index != 0
+
+
+def test_after_rollout_plugins_see_kept_and_all_groups(args):
+    args.rollout_sample_filter_path = f"{__name__}.mark_first_group_removed"
+    args.rollout_all_samples_process_path = f"{__name__}.count_all_groups"
+    args.dynamic_sampling_filter_path = f"{__name__}.drop_group_zero"
+    args.rollout_batch_size, args.over_sampling_batch_size = 2, 3
+    out = generate_rollout(args, 0, RolloutDataSourceWithBuffer(args))
+    assert len(out.samples) == 2 and all(s.remove_sample for s in out.samples[0])
+    assert not any(s.remove_sample for s in out.samples[1])
+    assert SEEN["filter"] == [[s.index for s in g] for g in out.samples]
+    assert SEEN["all"] == (3, True)  # the two kept groups and the filtered-out group 0

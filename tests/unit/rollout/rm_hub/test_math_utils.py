@@ -98,11 +98,11 @@ def test_hostile_or_unsupported_input_is_rejected_not_evaluated(hostile):
     assert not is_equiv(hostile, "1")
 
 
-def test_grade_math_needs_a_boxed_answer_as_in_slime():
+def test_grade_math_uses_boxed_or_whole_response():
     assert grade_math(r"We get \boxed{\frac{1}{2}}.", "0.5") == 1
     assert grade_math(r"We get \boxed{0.51}.", "0.5") == 0
     assert grade_math(r"\boxed{1000}", "1,000") == 1
-    assert grade_math("  1000\n", "1,000") == 0
+    assert grade_math("  1000\n", "1,000") == 1
     assert grade_math(r"\boxed{4}", ["3", "4"]) == 1.0
     with pytest.raises(ValueError, match="label"):
         grade_math(r"\boxed{4}", None)

@@ -21,12 +21,12 @@ def test_grade_answer_verl_needs_a_boxed_answer():
     assert math_utils.grade_answer_sympy("\\frac{1}{2}", "0.5")
 
 
-def test_math_and_deepscaler_rewards_are_ints_and_need_boxed():
+def test_math_and_deepscaler_rewards_are_ints():
     args = SimpleNamespace(rm_type="math", custom_rm_path=None)
     boxed = Sample(response="\\boxed{4}", label="4")
-    bare = Sample(response="4", label="4")
     assert asyncio.run(rm_hub.async_rm(args, boxed)) == 1 and type(asyncio.run(rm_hub.async_rm(args, boxed))) is int
-    assert asyncio.run(rm_hub.async_rm(args, bare)) == 0
+    wrong = Sample(response="\\boxed{5}", label="4")
+    assert type(asyncio.run(rm_hub.async_rm(args, wrong))) is int
     assert get_deepscaler_rule_based_reward("</think> \\boxed{4}", "4") == 1
     assert type(get_deepscaler_rule_based_reward("no marker", "4")) is int
 
