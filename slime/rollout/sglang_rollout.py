@@ -23,6 +23,7 @@ from typing import Callable
 import aiohttp
 
 from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.utils.arguments.eval import eval_datasets
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.misc import load_function
@@ -281,14 +282,6 @@ async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:
         return []
     await _abort_engines(ctx)
     return list(await asyncio.gather(*pending))
-
-
-def eval_datasets(args) -> list[tuple[str, str]]:
-    """(name, path) pairs from `--eval-prompt-data NAME PATH [NAME PATH ...]`."""
-    items = args.eval_prompt_data or []
-    if items and isinstance(items[0], (list, tuple)):
-        return [tuple(x) for x in items]
-    return list(zip(items[0::2], items[1::2]))
 
 
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:

@@ -39,8 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def eval_datasets(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """Return ``--eval-prompt-data`` as [(name, path), ...] (empty when not given)."""
+    """Return ``--eval-prompt-data`` as [(name, path), ...] (empty when not given); the one
+    definition of the eval-dataset list (flat NAME PATH pairs, or already-paired items)."""
     items = args.eval_prompt_data or []
+    if items and isinstance(items[0], (list, tuple)):
+        return [(str(x[0]), str(x[1])) for x in items]
     return [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
 
 
