@@ -4,7 +4,8 @@
 `--rollout-function-path`. Train rollouts keep drawing prompt groups (`--over-sampling-batch-size`
 at a time) until `--rollout-batch-size` groups pass the dynamic filter, then abort what is still
 in flight; with `--partial-rollout` the aborted groups go back to the data source to be continued
-later. Eval rollouts run every `--eval-prompt-data` dataset with `--n-samples-per-eval-prompt`.
+later. Eval rollouts run every dataset of `args.eval_datasets` (`--eval-config` or
+`--eval-prompt-data`) with its own keys, sampling params and sample count.
 
 The engines may be real SGLang servers or our local engine: both speak the same API, reached
 through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
@@ -24,6 +25,7 @@ import aiohttp
 
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.utils.arguments.eval import eval_datasets
+from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.misc import load_function
@@ -179,8 +181,9 @@ async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: 
         if ctx.aborted:
             sample.status = Sample.Status.ABORTED
             return [sample]
-        if ctx.custom_generate:
-            samples = await call_custom_generate(ctx.custom_generate, args, sample, sampling_params, evaluation)
+        custom = load_function(sample.generate_function_path) if sample.generate_function_path else ctx.custom_generate
+        if custom:
+            samples = await call_custom_generate(custom, args, sample, sampling_params, evaluation)
         else:
             samples = [await generate(args, sample, sampling_params, ctx=ctx)]
     for i, s in enumerate(samples):
@@ -284,36 +287,59 @@ async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:
     return list(await asyncio.gather(*pending))
 
 
+def _dataset_configs(args) -> list:
+    """`args.eval_datasets` (set at parse time), or built now for hand-made args."""
+    configs = getattr(args, "eval_datasets", None)
+    if configs is None:
+        raw = [{"name": name, "path": path} for name, path in eval_datasets(args)]
+        configs = build_eval_dataset_configs(args, raw)
+    return configs
+
+
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
     ctx = RolloutContext.create(args, rollout_id)
     async with ctx.client:
-        return {name: await _eval_dataset(ctx, path) for name, path in eval_datasets(args)}
+        return {cfg.name: await _eval_dataset(ctx, cfg) for cfg in _dataset_configs(args)}
 
 
-async def _eval_dataset(ctx: RolloutContext, path: str) -> dict:
-    """One eval dataset: every prompt `--n-samples-per-eval-prompt` times, generated and rewarded."""
+def _eval_sampling_params(args, cfg) -> dict:
+    """Sampling params of one eval dataset (its config already resolved the flag fallbacks)."""
+    params = sampling_params_from_args(args, evaluation=True)
+    params.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_response_len,
+                  stop=cfg.stop, stop_token_ids=cfg.stop_token_ids, skip_special_tokens=cfg.skip_special_tokens)
+    extra = {"min_new_tokens": cfg.min_new_tokens, "repetition_penalty": cfg.repetition_penalty,
+             "no_stop_trim": cfg.no_stop_trim}
+    params.update({k: v for k, v in extra.items() if v is not None})
+    return params
+
+
+async def _eval_dataset(ctx: RolloutContext, cfg) -> dict:
+    """One eval dataset: every prompt n times (its config), generated and rewarded."""
     args = ctx.args
     prompts = build_samples(
-        load_prompt_rows(path, input_key=args.input_key),
+        load_prompt_rows(cfg.path, input_key=cfg.input_key),
         tokenizer=ctx.tokenizer,
-        input_key=args.input_key,
-        label_key=args.label_key,
-        metadata_key=args.metadata_key,
-        tool_key=args.tool_key,
-        apply_chat_template=args.apply_chat_template,
-        apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+        input_key=cfg.input_key,
+        label_key=cfg.label_key,
+        metadata_key=cfg.metadata_key,
+        tool_key=cfg.tool_key,
+        apply_chat_template=bool(cfg.apply_chat_template),
+        apply_chat_template_kwargs=cfg.apply_chat_template_kwargs,
         max_prompt_len=args.rollout_max_prompt_len,
-        source=path,
+        source=cfg.path,
     )
-    n = args.n_samples_per_eval_prompt
+    n = cfg.n_samples_per_eval_prompt or 1
     groups = []
     for i, prompt in enumerate(prompts):
+        prompt.metadata = cfg.inject_metadata(prompt.metadata)
+        prompt.custom_rm_path = cfg.custom_rm_path
+        prompt.generate_function_path = cfg.custom_generate_function_path
         group = [copy.deepcopy(prompt) for _ in range(n)]
         for j, s in enumerate(group):
             s.group_index, s.index = i, i * n + j
         groups.append(group)
-    params = sampling_params_from_args(args, evaluation=True)
+    params = _eval_sampling_params(args, cfg)
     done = await asyncio.gather(*(generate_and_rm_group(ctx, g, params, True) for g in groups))
     samples = [s for g in done for s in g]
     return {
