@@ -233,7 +233,7 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
     pending: dict[asyncio.Task, int] = {}
     kept: list[tuple[int, list[Sample]]] = []
-    dropped: list[list[Sample]] = []
+    dropped: list[tuple[int, list[Sample], bool]] = []
     drops: Counter = Counter()
     order = 0
     while len(kept) < target:
@@ -246,7 +246,11 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
                 pending[task] = order
                 order += 1
         if not pending:
-            raise RuntimeError(f"the data source ran out after {len(kept)} of {target} groups (--rollout-batch-size)")
+            fallback = [(p, g) for p, g, keep_anyway in dropped if keep_anyway][: target - len(kept)]
+            if len(kept) + len(fallback) < target:
+                raise RuntimeError(f"the data source ran out after {len(kept)} of {target} groups (--rollout-batch-size)")
+            kept += fallback  # filtered groups marked keep_when_insufficient fill the batch
+            break
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             group, position = task.result(), pending.pop(task)
@@ -255,14 +259,15 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
                 kept.append((position, group))
             else:
                 drops[verdict.reason or "filtered"] += 1
-                dropped.append(group)
+                dropped.append((position, group, verdict.keep_when_insufficient))
     kept.sort(key=lambda x: x[0])
     # groups that finished beyond the target in the last round are spare, like the aborted ones
     leftovers = await _drain(ctx, pending) + [g for _, g in kept[target:]]
     if args.partial_rollout and leftovers:
         data_source.add_samples(leftovers)
     kept = [g for _, g in kept[:target]]
-    _run_after_rollout_plugins(args, kept, kept + dropped, data_source)
+    used = {id(g) for g in kept}
+    _run_after_rollout_plugins(args, kept, kept + [g for _, g, _ in dropped if id(g) not in used], data_source)
     metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
     metrics["rollout/aborted_groups"] = float(len(leftovers))
     return kept, metrics

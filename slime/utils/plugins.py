@@ -187,7 +187,8 @@ def call_dynamic_filter(fn: Callable, args, samples: list[Sample], **kwargs) -> 
     keep = _as_bool(out.keep)
     if keep is None or (out.reason is not None and not isinstance(out.reason, str)):
         raise _bad("dynamic_sampling_filter_path", fn, "DynamicFilterOutput or bool", raw)
-    return DynamicFilterOutput(keep=keep, reason=out.reason)
+    return DynamicFilterOutput(keep=keep, reason=out.reason,
+                               keep_when_insufficient=bool(getattr(out, "keep_when_insufficient", False)))
 
 
 async def call_sample_hook(fn: Callable, args, sample: Sample, **kwargs) -> Sample:

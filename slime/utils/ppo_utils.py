@@ -222,6 +222,50 @@ def get_advantages_and_returns(
     return advantages.detach(), advantages + values
 
 
+def get_advantages_and_returns_batch(
+    total_lengths: list[int],
+    response_lengths: list[int],
+    values_list: list[torch.Tensor],
+    rewards_list: list[torch.Tensor],
+    gamma: float,
+    lambd: float,
+    chunked: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """slime's batched GAE: `get_advantages_and_returns` per sample (no context parallelism here;
+    `chunked` only selects slime's kernel there and gives the same numbers). Returns
+    (advantages list, returns list), each tensor [response_len]."""
+    pairs = [
+        get_advantages_and_returns(t, r, v, rw, gamma, lambd)
+        for t, r, v, rw in zip(total_lengths, response_lengths, values_list, rewards_list)
+    ]
+    return [a for a, _ in pairs], [r for _, r in pairs]
+
+
+def chunked_discounted_returns(rewards: torch.Tensor, discount: float, chunk_size: int = 128) -> torch.Tensor:
+    """G_t = r_t + discount * G_{t+1} along the last dim of `rewards` ([..., T]), in fp32.
+
+    Computed backwards `chunk_size` steps at a time (a chunk is one matrix product with the
+    discount powers), so long sequences do not need one op per token.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    rewards = rewards.float()
+    steps = rewards.shape[-1]
+    out = torch.empty_like(rewards)
+    carry = torch.zeros(rewards.shape[:-1], dtype=rewards.dtype, device=rewards.device)
+    for end in range(steps, 0, -chunk_size):
+        start = max(0, end - chunk_size)
+        n = end - start
+        idx = torch.arange(n, device=rewards.device)
+        # weights[i, j] = discount^(j - i) for j >= i: G_i = sum_j weights[i, j] r_j + discount^(n - i) carry
+        power = (idx.unsqueeze(0) - idx.unsqueeze(1)).clamp(min=0).to(rewards.dtype)
+        weights = torch.where(idx.unsqueeze(0) >= idx.unsqueeze(1), discount ** power, torch.zeros_like(power))
+        tail = discount ** (n - idx).to(rewards.dtype)
+        out[..., start:end] = rewards[..., start:end] @ weights.T + carry.unsqueeze(-1) * tail
+        carry = out[..., start]
+    return out
+
+
 def compute_sequence_level_ppo_kl(
     ppo_kl: list[torch.Tensor], loss_masks: list[torch.Tensor]
 ) -> list[torch.Tensor]:

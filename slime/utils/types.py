@@ -277,3 +277,46 @@ class DynamicFilterOutput:
 
     keep: bool
     reason: str | None = None
+    keep_when_insufficient: bool = False  # dropped, but used when the data runs out before the batch fills
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter's description for weight transfer (slime's record)."""
+
+    name: str
+    dtype: Any
+    shape: Any
+    attrs: dict
+    size: int
+    src_rank: int
+
+
+# One rollout's train data on the trainer: per-sample lists (tensors, ints, floats or strings).
+RolloutBatch = dict[str, list]
+
+
+@dataclass(frozen=True)
+class MultimodalType:
+    """A modality and the placeholder that marks it in prompt text."""
+
+    name: str
+    placeholder: str
+
+
+class MultimodalTypes:
+    """The modalities slime knows (image / video / audio)."""
+
+    IMAGE = MultimodalType("image", "<image>")
+    VIDEO = MultimodalType("video", "<video>")
+    AUDIO = MultimodalType("audio", "<audio>")
+
+    @classmethod
+    def all(cls) -> list[MultimodalType]:
+        """Every modality, in the order image, video, audio."""
+        return [cls.IMAGE, cls.VIDEO, cls.AUDIO]
+
+    @classmethod
+    def get(cls, name: str) -> MultimodalType | None:
+        """The modality called `name`, or None."""
+        return next((m for m in cls.all() if m.name == name), None)

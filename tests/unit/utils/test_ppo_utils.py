@@ -230,3 +230,23 @@ def test_tis_weights_truncate_and_detach():
 def test_tis_low_above_high_raises():
     with pytest.raises(ValueError, match="--tis-clip-low"):
         ppo_utils.compute_tis_weights(_t(0.0), _t(0.0), tis_clip=1.0, tis_clip_low=2.0)
+
+
+def test_chunked_discounted_returns_matches_the_recursion():
+    rewards = torch.tensor([[1.0, 0.0, 2.0, -1.0, 0.5], [0.0, 0.0, 0.0, 0.0, 3.0]])
+    expected = torch.zeros_like(rewards)
+    running = torch.zeros(2)
+    for t in reversed(range(5)):
+        running = rewards[:, t] + 0.9 * running
+        expected[:, t] = running
+    for chunk in (1, 2, 3, 128):
+        _close(ppo_utils.chunked_discounted_returns(rewards, 0.9, chunk_size=chunk), expected.tolist(), atol=1e-5)
+
+
+def test_get_advantages_and_returns_batch_is_per_sample_gae():
+    values = [_t(0.5, 0.2), _t(0.1)]
+    rewards = [_t(0.0, 1.0), _t(2.0)]
+    adv, ret = ppo_utils.get_advantages_and_returns_batch([4, 3], [2, 1], values, rewards, 1.0, 1.0)
+    one_adv, one_ret = ppo_utils.get_advantages_and_returns(4, 2, values[0], rewards[0], 1.0, 1.0)
+    _close(adv[0], one_adv.tolist())
+    _close(ret[1], [2.0])

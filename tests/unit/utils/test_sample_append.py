@@ -100,3 +100,14 @@ def test_decode_int32_meta_array_forms():
     assert decode_int32_meta_array({"a": _b64([1, -2])}, ["a"]) == [1, -2]
     assert decode_int32_meta_array({"b": [[1], [2]]}, ["a", "b"]) == [1, 2]
     assert decode_int32_meta_array({}, ["a"]) is None
+
+
+def test_module_contents_at_slime_path():
+    from slime.utils.types import MultimodalTypes, ParamInfo, RolloutBatch
+
+    assert MultimodalTypes.get("image").placeholder == "<image>" and MultimodalTypes.get("x") is None
+    assert [m.name for m in MultimodalTypes.all()] == ["image", "video", "audio"]
+    info = ParamInfo(name="w", dtype="bf16", shape=(2,), attrs={}, size=4, src_rank=0)
+    with pytest.raises(Exception):
+        info.name = "v"  # frozen
+    assert RolloutBatch is not None
