@@ -43,10 +43,12 @@ def get_sum_of_sample_mean(
     response_lengths: Sequence[int],
     loss_masks: Masks,
     calculate_per_token_loss: bool = False,
+    sample_denoms: Sequence[float] | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Reducer x [sum(response_lengths)] -> scalar, as handed to custom loss functions.
 
-    Default: sum over samples of each sample's masked mean, sum(x_i * m_i) / max(sum(m_i), 1).
+    Default: sum over samples of each sample's masked mean, sum(x_i * m_i) / max(sum(m_i), 1);
+    `sample_denoms` replaces the per-sample denominators max(sum(m_i), 1).
     With `calculate_per_token_loss`: the plain masked sum over all tokens. `loss_masks` is a list of
     per-sample [response_len_i] tensors or one flat tensor. `total_lengths` (prompt + response,
     optional) is checked to be at least the response lengths.
@@ -59,6 +61,8 @@ def get_sum_of_sample_mean(
     # One weight per token: the mask itself (token sum) or mask / max(sample's mask sum, 1).
     if calculate_per_token_loss:
         weights = masks
+    elif sample_denoms is not None:
+        weights = [m / float(d) for m, d in zip(masks, sample_denoms, strict=True)]
     else:
         weights = [m / m.sum().clamp_min(1) for m in masks]
     flat_weights = torch.cat(weights) if weights else torch.zeros(0)

@@ -188,11 +188,13 @@ def get_reinforce_plus_plus_baseline_advantages(
     loss_masks: list[torch.Tensor],
     kl_coef: float,
 ) -> list[torch.Tensor]:
-    """REINFORCE++-baseline advantages: A_t = reward_i - kl_coef * kl_t * mask_t per sample.
+    """REINFORCE++-baseline advantages: A_t = reward_i - kl_coef * kl_t per sample (as in slime the
+    KL is not masked: masked tokens carry no loss, so their advantage is never used).
 
     `rewards` must already have the group mean subtracted (see advantages.normalize_group_rewards).
+    `loss_masks` is accepted for slime's signature.
     """
-    return [rewards[i] - kl_coef * (kl[i].float() * loss_masks[i].float()) for i in range(len(kl))]
+    return [rewards[i] - kl_coef * kl[i].float() for i in range(len(kl))]
 
 
 def get_advantages_and_returns(

@@ -161,6 +161,9 @@ def test_reinforce_plus_plus_baseline_advantages():
     # 0.5 - 0.5 * [0.2, 0.4] = [0.4, 0.3]
     out = ppo_utils.get_reinforce_plus_plus_baseline_advantages(_t(0.5), [_t(0.2, 0.4)], [_t(1, 1)], 0.5)
     _close(out[0], [0.4, 0.3])
+    # as in slime the KL is not masked: a masked token still gets 0.5 - 0.5 * 0.4
+    out = ppo_utils.get_reinforce_plus_plus_baseline_advantages(_t(0.5), [_t(0.2, 0.4)], [_t(1, 0)], 0.5)
+    _close(out[0], [0.4, 0.3])
 
 
 def test_gae_three_steps():
