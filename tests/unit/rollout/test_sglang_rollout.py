@@ -192,3 +192,25 @@ def test_after_rollout_plugins_see_kept_and_all_groups(args):
     assert not any(s.remove_sample for s in out.samples[1])
     assert SEEN["filter"] == [[s.index for s in g] for g in out.samples]
     assert SEEN["all"] == (3, True)  # the two kept groups and the filtered-out group 0
+
+
+def test_partial_rollout_hands_unfinished_groups_back_and_continues_them(args):
+    args.partial_rollout = True
+    args.rollout_batch_size, args.over_sampling_batch_size = 2, 4
+    args.rollout_max_response_len = 6
+    source = RolloutDataSourceWithBuffer(args)
+    first = generate_rollout(args, 0, source)
+    assert len(first.samples) == 2
+    spare = {g[0].group_index for g in source.buffer}
+    assert len(spare) == 2 == first.metrics["rollout/aborted_groups"]  # 4 in flight, 2 kept
+    assert spare.isdisjoint({g[0].group_index for g in first.samples})
+    partial = {s.index: s.response_length for g in source.buffer for s in g if s.status == Sample.Status.ABORTED}
+    second = generate_rollout(args, 1, source)
+    seen = {g[0].group_index for g in second.samples} | {g[0].group_index for g in source.buffer}
+    assert spare <= seen
+    assert source.sample_group_index == 6  # rollout 1 drew the 2 handed-back groups before 2 new prompts
+    for group in second.samples:
+        for s in group:
+            assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+            assert len(s.rollout_log_probs) == s.response_length <= 6
+            assert s.response_length >= partial.get(s.index, 0)  # continued, not restarted
