@@ -33,6 +33,7 @@ from slime.utils.plugins import (
     call_custom_generate,
     call_dynamic_filter,
     call_sample_hook,
+    current_rollout_id,
 )
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -171,9 +172,16 @@ async def _send_generate(args, client: EngineClient, payload: dict) -> dict:
             attempt += 1
 
 
-async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: dict, evaluation: bool) -> list[Sample]:
+async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):
     """Generate one sample (custom generate function if set), run sample hooks, and reward it
-    unless `--group-rm` rewards the whole group or the generator already set a reward."""
+    unless `--group-rm` rewards the whole group or the generator already set a reward.
+
+    Returns a list of Samples. Called as slime does, `generate_and_rm(args, sample, params,
+    evaluation=False)`, it runs in a short-lived context and returns a Sample (or the list a
+    custom generator fanned out to)."""
+    if not isinstance(ctx, RolloutContext):
+        out = await _with_context(ctx, generate_and_rm, sample, sampling_params, evaluation)
+        return out[0] if len(out) == 1 else out
     args = ctx.args
     if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
         return [sample]  # finished before an abort sent its group back (--partial-rollout)
@@ -197,8 +205,11 @@ async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: 
     return samples
 
 
-async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampling_params: dict, evaluation: bool) -> list[Sample]:
-    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together."""
+async def generate_and_rm_group(ctx, group: list[Sample], sampling_params: dict, evaluation: bool = False) -> list[Sample]:
+    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together.
+    `ctx` may be `args` (slime's signature): a short-lived context is made for the call."""
+    if not isinstance(ctx, RolloutContext):
+        return await _with_context(ctx, generate_and_rm_group, group, sampling_params, evaluation)
     params = [{**sampling_params, "sampling_seed": sample_seed(ctx.args, ctx.rollout_id, s)} for s in group]
     results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
     samples = [s for r in results for s in r]
@@ -207,6 +218,13 @@ async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampli
         for s, r in zip(samples, rewards):
             s.reward = r
     return samples
+
+
+async def _with_context(args, fn, *call_args):
+    """`fn(ctx, *call_args)` in a context of its own (slime-style calls that pass `args`)."""
+    ctx = RolloutContext.create(args, current_rollout_id())
+    async with ctx.client:
+        return await fn(ctx, *call_args)
 
 
 async def _abort_engines(ctx: RolloutContext) -> None:

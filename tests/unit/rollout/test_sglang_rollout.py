@@ -214,3 +214,12 @@ def test_partial_rollout_hands_unfinished_groups_back_and_continues_them(args):
             assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
             assert len(s.rollout_log_probs) == s.response_length <= 6
             assert s.response_length >= partial.get(s.index, 0)  # continued, not restarted
+
+
+def test_generate_and_rm_with_slimes_signature(args):
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 1}
+    sample = asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="12 mod 2", index=0, label="0"), params))
+    assert isinstance(sample, Sample) and sample.response_length == 1 and sample.reward in (0, 1)
+    group = [Sample(prompt="3 mod 2", index=i, label="1") for i in range(2)]
+    out = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, params, evaluation=True))
+    assert [s.index for s in out] == [0, 1] and all(s.reward is not None for s in out)
