@@ -20,6 +20,7 @@ from typing import Any
 
 from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
 from slime.rollout.rm_hub.f1 import f1_score
+from slime.rollout.rm_hub.gpqa import compute_gpqa_reward
 from slime.rollout.rm_hub.math_dapo import compute_score as compute_score_dapo
 from slime.rollout.rm_hub.math_utils import extract_answer as extract_boxed_answer
 from slime.rollout.rm_hub.math_utils import grade_answer_verl
@@ -31,7 +32,7 @@ from slime.utils.plugins import call_reward_fn
 # slime re-exports these graders from the package; `remote_rm` here is the function.
 __all__ = [
     "async_rm", "batched_async_rm", "resolve_rm_type", "remote_rm", "get_deepscaler_rule_based_reward",
-    "f1_score", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
+    "f1_score", "compute_gpqa_reward", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
 ]
 
 
