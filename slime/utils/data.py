@@ -205,6 +205,23 @@ def build_samples(
     return samples
 
 
+def filter_long_prompt(samples: list[Sample], tokenizer, processor, max_length: int | None) -> list[Sample]:
+    """slime's helper: the samples whose prompt has at most `max_length` tokens (all when None).
+    `processor` is accepted for slime's signature (multimodal prompts are not supported here)."""
+    if max_length is None:
+        return list(samples)
+    return [s for s in samples if _prompt_token_count(s.prompt, tokenizer) <= max_length]
+
+
+def get_source(sample: Sample) -> str:
+    """Where a sample came from: `sample.source`, else metadata["source_name"], else "unknown"."""
+    source = getattr(sample, "source", None)
+    if source:
+        return str(source)
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    return str(metadata.get("source_name") or "unknown")
+
+
 class Dataset:
     """Prompt Samples in a fixed load order plus the current epoch's visiting order."""
 

@@ -36,3 +36,20 @@ def test_call_rollout_fn_wraps_without_checking():
     assert call_rollout_fn(lambda **kw: ready, evaluation=False) is ready
     with pytest.raises(TypeError):
         call_rollout_fn(fn, "args", 1, None)  # evaluation is keyword-only and required
+
+
+def test_get_source_and_filter_long_prompt():
+    from slime.utils.data import filter_long_prompt, get_source
+
+    tagged = Sample(metadata={"source_name": "gsm8k"})
+    assert get_source(tagged) == "gsm8k" and get_source(Sample()) == "unknown"
+    tagged.source = "aime"
+    assert get_source(tagged) == "aime"
+
+    class Tok:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": text.split()}
+
+    samples = [Sample(prompt="a b c"), Sample(prompt="a")]
+    assert [s.prompt for s in filter_long_prompt(samples, Tok(), None, 2)] == ["a"]
+    assert len(filter_long_prompt(samples, Tok(), None, None)) == 2
