@@ -26,11 +26,16 @@ def _probe(monkeypatch, tmp_path):
 def test_postprocess_advantage_and_tis_hooks(tiny_moe_hf, tmp_path, monkeypatch):
     seen = _probe(monkeypatch, tmp_path)
     extra = ["--rollout-data-postprocess-path", f"{P}.postprocess", "--custom-advantage-function-path",
-             f"{P}.advantage", "--use-tis", "--use-rollout-logprobs", "--custom-tis-function-path", f"{P}.tis"]
-    metrics = train_metrics(tiny_moe_hf, 1, extra, tmp_path, tag="hooks", with_rollout_log_probs=True)[0]
-    hooks = [e["hook"] for e in seen()]
+             f"{P}.advantage", "--use-tis", "--use-rollout-logprobs", "--custom-tis-function-path", f"{P}.tis",
+             "--custom-megatron-before-train-step-hook-path", f"{P}.before_step", "--global-batch-size", "2"]
+    runs = train_metrics(tiny_moe_hf, 1, extra, tmp_path, rollouts=2, tag="hooks", with_rollout_log_probs=True)
+    metrics = runs[0]
+    steps = [(e["rollout_id"], e["step_id"]) for e in seen() if e["hook"] == "before_step"]
+    assert steps == [(0, 0), (0, 1), (1, 0), (1, 1)]  # step_id counts within the rollout, as in slime
+    hooks = [e["hook"] for e in seen() if e["hook"] != "before_step"]
     assert hooks.index("advantage") < hooks.index("postprocess") < hooks.index("tis")
     post = next(e for e in seen() if e["hook"] == "postprocess")
+    assert [e["rollout_id"] for e in seen() if e["hook"] == "postprocess"] == [0, 1]
     assert post["rollout_id"] == 0 and post["present"] == ["log_probs", "advantages", "returns"]
     assert all(e["has_args"] for e in seen() if e["hook"] == "tis")
     assert metrics["train/probe"] == pytest.approx(1.0) and math.isfinite(metrics["train/loss"])

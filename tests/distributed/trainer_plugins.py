@@ -44,3 +44,8 @@ def loss(args, batch, logits, sum_of_sample_mean):
     _record(hook="loss", keys=sorted(k for k in batch if k in ("log_probs", "loss_masks", "advantages")),
             reducer=float(sum_of_sample_mean(batch["advantages"].float())) if "advantages" in batch else None)
     return value, {"custom": value.detach()}
+
+
+def before_step(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """--custom-megatron-before-train-step-hook-path: step_id counts within the rollout (slime)."""
+    _record(hook="before_step", rollout_id=rollout_id, step_id=step_id)

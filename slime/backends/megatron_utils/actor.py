@@ -219,6 +219,7 @@ class MegatronTrainer:
         if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
             call_rollout_data_postprocess(load_function(self.args.rollout_data_postprocess_path), self.args,
                                           rollout_id, rollout_data)
+        self._rollout_first_step = self.step_id  # the before-train-step hook counts steps within the rollout
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
         metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
@@ -232,7 +233,7 @@ class MegatronTrainer:
     def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
         args, state = self.args, self.state
         if self._hook is not None:
-            call_before_train_step_hook(self._hook, args, rollout_id, self.step_id, state.model,
+            call_before_train_step_hook(self._hook, args, rollout_id, self.step_id - self._rollout_first_step, state.model,
                                         state.optimizer, state.scheduler)
         keys = PER_TOKEN_KEYS if _mpu().is_pipeline_last_stage() else ()
         mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys)
