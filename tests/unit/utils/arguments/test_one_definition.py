@@ -35,3 +35,16 @@ def test_rollout_uses_the_one_eval_dataset_list():
     assert sglang_rollout.eval_datasets is eval_datasets
     assert eval_datasets(argparse.Namespace(eval_prompt_data=[["a", "x.jsonl"]])) == [("a", "x.jsonl")]
     assert eval_datasets(argparse.Namespace(eval_prompt_data=["a", "x", "b", "y"])) == [("a", "x"), ("b", "y")]
+
+
+def test_hf_config_readers_are_shared_and_the_flag_mapping_round_trips():
+    from slime.backends.megatron_utils.hf_loader import model_flags_from_hf_config
+    from slime.backends.megatron_utils.weight_maps import qwen3
+    from slime.utils.arguments import build_parser, check_hf_config
+    from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_HF_CONFIG
+
+    cfg = {**QWEN3_30B_A3B_HF_CONFIG, "vocab_size": 151936}
+    assert qwen3.num_experts({"n_routed_experts": 8}) == 8  # the validation's key list, one definition
+    assert qwen3.rope_theta({"rope_parameters": {"rope_theta": 5e5}}) == 5e5
+    args = build_parser().parse_args(model_flags_from_hf_config(cfg))
+    assert check_hf_config(args, cfg) == []  # HF -> flags (weight maps) agrees with flags -> HF (validation)
