@@ -19,9 +19,11 @@ def train(args) -> None:
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
     with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
-        rollout, actor = job.start(RolloutSide), job.start(ActorSide)
+        rollout = job.start(RolloutSide)
+        args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
+        actor = job.start(ActorSide)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
-        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=args.num_rollout)
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
@@ -43,10 +45,17 @@ def train(args) -> None:
 def main(argv=None, entry="train", loop=None) -> int:
     """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train).
 
-    Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 130
-    interrupted (Ctrl-C); other errors propagate with their traceback. In every case the loop's
-    JobScope has stopped the processes the job started."""
-    args = parse_args(argv, entry=entry)
+    Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 2 an
+    invalid flag combination (one line naming the flags, as argparse does), 130 interrupted
+    (Ctrl-C); other errors propagate with their traceback. In every case the loop's JobScope has
+    stopped the processes the job started."""
+    from slime.utils.arguments import ArgumentError
+
+    try:
+        args = parse_args(argv, entry=entry)
+    except ArgumentError as e:
+        print(f"{entry}.py: error: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
         from slime.backends.sglang_utils.server_args import dry_run_commands
 

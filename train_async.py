@@ -14,9 +14,11 @@ def train_async(args) -> None:
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
     with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
-        rollout, actor = job.start(RolloutSide), job.start(ActorSide)
+        rollout = job.start(RolloutSide)
+        args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
+        actor = job.start(ActorSide)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
-        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=rollout.num_rollout())
+        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=args.num_rollout)
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)

@@ -24,6 +24,7 @@ import ray
 
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
+from slime.utils.arguments.eval import evaluates
 
 logger = logging.getLogger(__name__)
 
@@ -292,10 +293,8 @@ class Schedule:
         return bool(self.args.save) and (periodic or self._last(rollout_id))
 
     def eval_after(self, rollout_id: int) -> bool:
-        interval = self.args.eval_interval
-        return bool(self.args.eval_prompt_data) and bool(interval) and (
-            (rollout_id + 1) % interval == 0 or self._last(rollout_id))
+        return evaluates(self.args) and (
+            (rollout_id + 1) % self.args.eval_interval == 0 or self._last(rollout_id))
 
     def eval_before_training(self) -> bool:
-        return bool(self.args.eval_prompt_data) and bool(self.args.eval_interval) \
-            and not self.args.skip_eval_before_train and self.start_rollout_id == 0
+        return evaluates(self.args) and not self.args.skip_eval_before_train and self.start_rollout_id == 0

@@ -18,18 +18,19 @@ import statistics
 import threading
 import time
 
+import numpy as np
 import ray
 import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
 from slime.ray.engines import create_engine_actor, create_engines
 from slime.utils.misc import free_port
-from slime.rollout.train_data import post_process_rewards, rollout_metrics, samples_to_train_data
+from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
     call_convert_samples_to_train_data,
     call_reward_post_process,
-    call_rollout_data_postprocess,
+    call_log_function,
     call_rollout_fn,
     make_data_source,
 )
@@ -42,29 +43,32 @@ def save_debug_samples(path_template: str, rollout_id: int, samples: list[Sample
     """`--save-debug-rollout-data`: torch.save {"rollout_id", "samples": [to_dict()]} to the
     template formatted with `rollout_id`; returns the path."""
     path = path_template.format(rollout_id=rollout_id)
-    torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, path)
+    rows = [{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in s.to_dict().items()}
+            for s in samples]  # numpy arrays as tensors, so the file loads with weights_only=True
+    torch.save({"rollout_id": rollout_id, "samples": rows}, path)
     logger.info("rollout %d: %d samples saved to %s", rollout_id, len(samples), path)
     return path
 
 
 def load_debug_samples(path_template: str, rollout_id: int) -> list[Sample]:
-    """`--load-debug-rollout-data`: the samples `save_debug_samples` wrote for `rollout_id`."""
+    """`--load-debug-rollout-data`: the samples `save_debug_samples` wrote for `rollout_id`.
+
+    Loaded with `weights_only=True`: a file from elsewhere cannot run code when unpickled."""
     path = path_template.format(rollout_id=rollout_id)
-    data = torch.load(path, weights_only=False)
+    data = torch.load(path, weights_only=True)
     logger.info("rollout %d: replaying %d samples from %s", rollout_id, len(data["samples"]), path)
     return [Sample.from_dict(d) for d in data["samples"]]
 
 
 def build_train_data(args, rollout_id: int, samples: list[Sample]) -> dict:
     """Samples -> train-data dict: `--custom-convert-samples-to-train-data-path`, or the default
-    conversion with `--custom-reward-post-process-path`; then `--rollout-data-postprocess-path`."""
+    conversion with `--custom-reward-post-process-path`. (`--rollout-data-postprocess-path` runs
+    on the trainer, after log-probs and advantages, as in slime.)"""
     if args.custom_convert_samples_to_train_data_path:
         fn = load_function(args.custom_convert_samples_to_train_data_path)
         data = call_convert_samples_to_train_data(fn, args, samples)
     else:
         data = samples_to_train_data(args, samples, rewards_fn=_rewards_fn(args))
-    if args.rollout_data_postprocess_path:
-        call_rollout_data_postprocess(load_function(args.rollout_data_postprocess_path), args, rollout_id, data)
     return data
 
 
@@ -225,8 +229,7 @@ class RolloutManager:
 
         Calls `--rollout-function-path` (or replays `--load-debug-rollout-data`), flattens the
         groups, converts them (`--custom-convert-samples-to-train-data-path` or the default with
-        `--custom-reward-post-process-path`), applies `--rollout-data-postprocess-path`, and
-        saves the samples to `--save-debug-rollout-data` when set.
+        `--custom-reward-post-process-path`), and saves the samples to `--save-debug-rollout-data` when set.
         """
         args = self.args
         start = time.monotonic()
@@ -244,7 +247,7 @@ class RolloutManager:
         if args.save_debug_rollout_data:
             save_debug_samples(args.save_debug_rollout_data, rollout_id, samples)
         train_data = build_train_data(args, rollout_id, samples)
-        return train_data, {**rollout_metrics(args, samples, seconds), **extra_metrics}
+        return train_data, logged_rollout_metrics(args, rollout_id, samples, extra_metrics, seconds)
 
     def eval(self, rollout_id: int) -> dict[str, float]:
         """Run `--eval-function-path` (default: the rollout function with evaluation=True);
@@ -253,7 +256,11 @@ class RolloutManager:
         if args.use_fault_tolerance:
             self.check_engines()
         fn = load_function(args.eval_function_path or args.rollout_function_path)
-        return eval_metrics(call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True))
+        out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True)
+        log_fn = args.custom_eval_rollout_log_function_path
+        if log_fn and call_log_function(load_function(log_fn), rollout_id, args, out.data, dict(out.metrics or {})):
+            return {}
+        return eval_metrics(out)
 
     def offload(self) -> None:
         """Release memory on every engine (`--offload-rollout`, before training)."""

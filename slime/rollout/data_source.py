@@ -239,7 +239,10 @@ class RolloutDataSourceWithBuffer(RolloutDataSource):
         self.buffer_filter = load_function(path) if path else pop_first
 
     def get_samples(self, num_samples: int) -> list[list[Sample]]:
-        """Up to `num_samples` groups from the buffer (via the filter), the rest from the data."""
+        """Up to `num_samples` groups from the buffer (via the filter), the rest from the data.
+        As in slime, the filter is not called while the buffer is empty."""
+        if not self.buffer:
+            return super().get_samples(num_samples)
         taken = call_buffer_filter(self.buffer_filter, self.args, None, self.buffer, num_samples)
         if len(taken) > num_samples:
             raise ValueError(

@@ -4,7 +4,8 @@
 `--rollout-function-path`. Train rollouts keep drawing prompt groups (`--over-sampling-batch-size`
 at a time) until `--rollout-batch-size` groups pass the dynamic filter, then abort what is still
 in flight; with `--partial-rollout` the aborted groups go back to the data source to be continued
-later. Eval rollouts run every `--eval-prompt-data` dataset with `--n-samples-per-eval-prompt`.
+later. Eval rollouts run every dataset of `args.eval_datasets` (`--eval-config` or
+`--eval-prompt-data`) with its own keys, sampling params and sample count.
 
 The engines may be real SGLang servers or our local engine: both speak the same API, reached
 through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
@@ -23,6 +24,8 @@ from typing import Callable
 import aiohttp
 
 from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.utils.arguments.eval import eval_datasets
+from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
 from slime.utils import engine_requests
 from slime.utils.engine_client import EngineClient, EngineHTTPError
@@ -31,6 +34,7 @@ from slime.utils.plugins import (
     call_custom_generate,
     call_dynamic_filter,
     call_sample_hook,
+    current_rollout_id,
 )
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -177,9 +181,16 @@ async def _send_generate(args, client: EngineClient, payload: dict) -> dict:
             attempt += 1
 
 
-async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: dict, evaluation: bool) -> list[Sample]:
+async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):
     """Generate one sample (custom generate function if set), run sample hooks, and reward it
-    unless `--group-rm` rewards the whole group or the generator already set a reward."""
+    unless `--group-rm` rewards the whole group or the generator already set a reward.
+
+    Returns a list of Samples. Called as slime does, `generate_and_rm(args, sample, params,
+    evaluation=False)`, it runs in a short-lived context and returns a Sample (or the list a
+    custom generator fanned out to)."""
+    if not isinstance(ctx, RolloutContext):
+        out = await _with_context(ctx, generate_and_rm, sample, sampling_params, evaluation)
+        return out[0] if len(out) == 1 else out
     args = ctx.args
     if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
         return [sample]  # finished before an abort sent its group back (--partial-rollout)
@@ -187,8 +198,9 @@ async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: 
         if ctx.aborted:
             sample.status = Sample.Status.ABORTED
             return [sample]
-        if ctx.custom_generate:
-            samples = await call_custom_generate(ctx.custom_generate, args, sample, sampling_params, evaluation)
+        custom = load_function(sample.generate_function_path) if sample.generate_function_path else ctx.custom_generate
+        if custom:
+            samples = await call_custom_generate(custom, args, sample, sampling_params, evaluation)
         else:
             samples = [await generate(args, sample, sampling_params, ctx=ctx)]
     for i, s in enumerate(samples):
@@ -202,8 +214,11 @@ async def generate_and_rm(ctx: RolloutContext, sample: Sample, sampling_params: 
     return samples
 
 
-async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampling_params: dict, evaluation: bool) -> list[Sample]:
-    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together."""
+async def generate_and_rm_group(ctx, group: list[Sample], sampling_params: dict, evaluation: bool = False) -> list[Sample]:
+    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together.
+    `ctx` may be `args` (slime's signature): a short-lived context is made for the call."""
+    if not isinstance(ctx, RolloutContext):
+        return await _with_context(ctx, generate_and_rm_group, group, sampling_params, evaluation)
     params = [{**sampling_params, "sampling_seed": sample_seed(ctx.args, ctx.rollout_id, s)} for s in group]
     results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
     samples = [s for r in results for s in r]
@@ -212,6 +227,13 @@ async def generate_and_rm_group(ctx: RolloutContext, group: list[Sample], sampli
         for s, r in zip(samples, rewards):
             s.reward = r
     return samples
+
+
+async def _with_context(args, fn, *call_args):
+    """`fn(ctx, *call_args)` in a context of its own (slime-style calls that pass `args`)."""
+    ctx = RolloutContext.create(args, current_rollout_id())
+    async with ctx.client:
+        return await fn(ctx, *call_args)
 
 
 async def _abort_engines(ctx: RolloutContext) -> None:
@@ -238,6 +260,7 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
     pending: dict[asyncio.Task, int] = {}
     kept: list[tuple[int, list[Sample]]] = []
+    dropped: list[tuple[int, list[Sample], bool]] = []
     drops: Counter = Counter()
     order = 0
     while len(kept) < target:
@@ -250,7 +273,11 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
                 pending[task] = order
                 order += 1
         if not pending:
-            raise RuntimeError(f"the data source ran out after {len(kept)} of {target} groups (--rollout-batch-size)")
+            fallback = [(p, g) for p, g, keep_anyway in dropped if keep_anyway][: target - len(kept)]
+            if len(kept) + len(fallback) < target:
+                raise RuntimeError(f"the data source ran out after {len(kept)} of {target} groups (--rollout-batch-size)")
+            kept += fallback  # filtered groups marked keep_when_insufficient fill the batch
+            break
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             group, position = task.result(), pending.pop(task)
@@ -259,15 +286,28 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
                 kept.append((position, group))
             else:
                 drops[verdict.reason or "filtered"] += 1
+                dropped.append((position, group, verdict.keep_when_insufficient))
     kept.sort(key=lambda x: x[0])
     # groups that finished beyond the target in the last round are spare, like the aborted ones
     leftovers = await _drain(ctx, pending) + [g for _, g in kept[target:]]
     if args.partial_rollout and leftovers:
         data_source.add_samples(leftovers)
     kept = [g for _, g in kept[:target]]
+    used = {id(g) for g in kept}
+    _run_after_rollout_plugins(args, kept, kept + [g for _, g, _ in dropped if id(g) not in used], data_source)
     metrics = {f"rollout/dynamic_filter/drop_{k}": float(v) for k, v in drops.items()}
     metrics["rollout/aborted_groups"] = float(len(leftovers))
     return kept, metrics
+
+
+def _run_after_rollout_plugins(args, kept: list[list[Sample]], finished: list[list[Sample]], data_source) -> None:
+    """slime's after-rollout plugins, returns ignored: `--rollout-sample-filter-path` sees the kept
+    groups (it may set `remove_sample`); `--rollout-all-samples-process-path` sees every finished
+    group, the dynamically filtered ones included, and the data source's `get_samples`."""
+    if args.rollout_sample_filter_path:
+        load_function(args.rollout_sample_filter_path)(args, kept)
+    if args.rollout_all_samples_process_path:
+        load_function(args.rollout_all_samples_process_path)(args, finished, data_source.get_samples)
 
 
 async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:
@@ -279,44 +319,59 @@ async def _drain(ctx: RolloutContext, pending: dict) -> list[list[Sample]]:
     return list(await asyncio.gather(*pending))
 
 
-def eval_datasets(args) -> list[tuple[str, str]]:
-    """(name, path) pairs from `--eval-prompt-data NAME PATH [NAME PATH ...]`."""
-    items = args.eval_prompt_data or []
-    if items and isinstance(items[0], (list, tuple)):
-        return [tuple(x) for x in items]
-    return list(zip(items[0::2], items[1::2]))
+def _dataset_configs(args) -> list:
+    """`args.eval_datasets` (set at parse time), or built now for hand-made args."""
+    configs = getattr(args, "eval_datasets", None)
+    if configs is None:
+        raw = [{"name": name, "path": path} for name, path in eval_datasets(args)]
+        configs = build_eval_dataset_configs(args, raw)
+    return configs
 
 
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
     ctx = RolloutContext.create(args, rollout_id)
     async with ctx.client:
-        return {name: await _eval_dataset(ctx, path) for name, path in eval_datasets(args)}
+        return {cfg.name: await _eval_dataset(ctx, cfg) for cfg in _dataset_configs(args)}
 
 
-async def _eval_dataset(ctx: RolloutContext, path: str) -> dict:
-    """One eval dataset: every prompt `--n-samples-per-eval-prompt` times, generated and rewarded."""
+def _eval_sampling_params(args, cfg) -> dict:
+    """Sampling params of one eval dataset (its config already resolved the flag fallbacks)."""
+    params = sampling_params_from_args(args, evaluation=True)
+    params.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_response_len,
+                  stop=cfg.stop, stop_token_ids=cfg.stop_token_ids, skip_special_tokens=cfg.skip_special_tokens)
+    extra = {"min_new_tokens": cfg.min_new_tokens, "repetition_penalty": cfg.repetition_penalty,
+             "no_stop_trim": cfg.no_stop_trim}
+    params.update({k: v for k, v in extra.items() if v is not None})
+    return params
+
+
+async def _eval_dataset(ctx: RolloutContext, cfg) -> dict:
+    """One eval dataset: every prompt n times (its config), generated and rewarded."""
     args = ctx.args
     prompts = build_samples(
-        load_prompt_rows(path, input_key=args.input_key),
+        load_prompt_rows(cfg.path, input_key=cfg.input_key),
         tokenizer=ctx.tokenizer,
-        input_key=args.input_key,
-        label_key=args.label_key,
-        metadata_key=args.metadata_key,
-        tool_key=args.tool_key,
-        apply_chat_template=args.apply_chat_template,
-        apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+        input_key=cfg.input_key,
+        label_key=cfg.label_key,
+        metadata_key=cfg.metadata_key,
+        tool_key=cfg.tool_key,
+        apply_chat_template=bool(cfg.apply_chat_template),
+        apply_chat_template_kwargs=cfg.apply_chat_template_kwargs,
         max_prompt_len=args.rollout_max_prompt_len,
-        source=path,
+        source=cfg.path,
     )
-    n = args.n_samples_per_eval_prompt
+    n = cfg.n_samples_per_eval_prompt or 1
     groups = []
     for i, prompt in enumerate(prompts):
+        prompt.metadata = cfg.inject_metadata(prompt.metadata)
+        prompt.custom_rm_path = cfg.custom_rm_path
+        prompt.generate_function_path = cfg.custom_generate_function_path
         group = [copy.deepcopy(prompt) for _ in range(n)]
         for j, s in enumerate(group):
             s.group_index, s.index = i, i * n + j
         groups.append(group)
-    params = sampling_params_from_args(args, evaluation=True)
+    params = _eval_sampling_params(args, cfg)
     done = await asyncio.gather(*(generate_and_rm_group(ctx, g, params, True) for g in groups))
     samples = [s for g in done for s in g]
     return {

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 
 from slime.utils import advantages
+from slime.utils.misc import load_function
+from slime.utils.plugins import call_log_function
 from slime.utils.types import Sample
 
 
@@ -81,3 +83,14 @@ def rollout_metrics(args, samples: list[Sample], seconds: float) -> dict[str, fl
         "perf/rollout_time": seconds,
         "perf/rollout_tokens_per_s": sum(lengths) / seconds if seconds > 0 else 0.0,
     }
+
+
+def logged_rollout_metrics(args, rollout_id: int, samples: list[Sample], extra_metrics: dict,
+                           seconds: float) -> dict[str, float]:
+    """The rollout's metrics: the defaults plus the rollout function's own, unless
+    `--custom-rollout-log-function-path` returns True, which keeps only the perf/* timings."""
+    metrics = {**rollout_metrics(args, samples, seconds), **extra_metrics}
+    path = getattr(args, "custom_rollout_log_function_path", None)
+    if path and call_log_function(load_function(path), rollout_id, args, samples, extra_metrics, seconds):
+        metrics = {k: v for k, v in metrics.items() if k.startswith("perf/")}
+    return metrics

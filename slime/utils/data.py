@@ -102,6 +102,34 @@ def load_prompt_rows(path_with_slice: str, *, input_key: str | None = None) -> l
     return [row for _, row in _read_located_rows(path_with_slice, input_key)]
 
 
+def read_file(path_with_slice: str):
+    """slime's reader: yield the rows of a `.jsonl` / `.parquet` file, optionally `@[start:end]`.
+
+    A generator, as in slime. Blank lines are skipped; a malformed JSONL line is logged and
+    skipped (the trainer's own `--prompt-data` loading, `load_prompt_rows`, raises instead). A
+    missing file raises FileNotFoundError, another extension ValueError.
+    """
+    path, sl = parse_data_path(path_with_slice)
+    suffix = Path(path).suffix.lower()
+    if suffix not in _READERS:
+        raise ValueError(f"read_file {path_with_slice!r}: unsupported file type {suffix!r} (expected .jsonl or .parquet)")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"read_file: {path!r} does not exist")
+    if suffix == ".parquet":
+        rows = [row for _, row in _read_parquet(path)]
+    else:
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    logger.warning("%s:%d: skipping malformed JSON line: %s", path, lineno, e.msg)
+    yield from rows[sl]
+
+
 def _maybe_json(value: Any) -> Any:
     """Tools / metadata may be stored as JSON strings (common in Parquet); decode those."""
     return json.loads(value) if isinstance(value, str) else value
@@ -175,6 +203,23 @@ def build_samples(
             source, dropped, len(rows), max_prompt_len,
         )
     return samples
+
+
+def filter_long_prompt(samples: list[Sample], tokenizer, processor, max_length: int | None) -> list[Sample]:
+    """slime's helper: the samples whose prompt has at most `max_length` tokens (all when None).
+    `processor` is accepted for slime's signature (multimodal prompts are not supported here)."""
+    if max_length is None:
+        return list(samples)
+    return [s for s in samples if _prompt_token_count(s.prompt, tokenizer) <= max_length]
+
+
+def get_source(sample: Sample) -> str:
+    """Where a sample came from: `sample.source`, else metadata["source_name"], else "unknown"."""
+    source = getattr(sample, "source", None)
+    if source:
+        return str(source)
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    return str(metadata.get("source_name") or "unknown")
 
 
 class Dataset:

@@ -11,6 +11,8 @@ divides by the number of micro-batches or tokens).
 
 from __future__ import annotations
 
+import functools
+
 from typing import Callable, Sequence
 
 import torch
@@ -41,10 +43,12 @@ def get_sum_of_sample_mean(
     response_lengths: Sequence[int],
     loss_masks: Masks,
     calculate_per_token_loss: bool = False,
+    sample_denoms: Sequence[float] | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Reducer x [sum(response_lengths)] -> scalar, as handed to custom loss functions.
 
-    Default: sum over samples of each sample's masked mean, sum(x_i * m_i) / max(sum(m_i), 1).
+    Default: sum over samples of each sample's masked mean, sum(x_i * m_i) / max(sum(m_i), 1);
+    `sample_denoms` replaces the per-sample denominators max(sum(m_i), 1).
     With `calculate_per_token_loss`: the plain masked sum over all tokens. `loss_masks` is a list of
     per-sample [response_len_i] tensors or one flat tensor. `total_lengths` (prompt + response,
     optional) is checked to be at least the response lengths.
@@ -57,6 +61,8 @@ def get_sum_of_sample_mean(
     # One weight per token: the mask itself (token sum) or mask / max(sample's mask sum, 1).
     if calculate_per_token_loss:
         weights = masks
+    elif sample_denoms is not None:
+        weights = [m / float(d) for m, d in zip(masks, sample_denoms, strict=True)]
     else:
         weights = [m / m.sum().clamp_min(1) for m in masks]
     flat_weights = torch.cat(weights) if weights else torch.zeros(0)
@@ -80,8 +86,8 @@ def _clip_terms(*, advantages, ppo_kl, eps_clip, eps_clip_high, eps_clip_c, **_)
     return ppo_utils.compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high, eps_clip_c)
 
 
-def _cispo_terms(*, log_probs, advantages, ppo_kl, eps_clip_high, **_):
-    return ppo_utils.compute_cispo_loss(ppo_kl, advantages, eps_clip_high, log_probs)
+def _cispo_terms(*, log_probs, advantages, ppo_kl, eps_clip, eps_clip_high, **_):
+    return ppo_utils.compute_cispo_loss(ppo_kl, log_probs, advantages, eps_clip, eps_clip_high)
 
 
 def _token_ppo_kl(log_probs, old_log_probs, masks, response_lengths):
@@ -108,7 +114,7 @@ def _apply_tis(pg_losses, masks, *, old_log_probs, rollout_log_probs, response_l
                total_lengths, tis_clip, tis_clip_low, tis_function):
     """Weight pg_losses by truncated importance weights; returns (pg_losses, masks, token metrics)."""
     if rollout_log_probs is None:
-        raise ValueError("--use-tis / --custom-tis-function-path need rollout log probs (none given)")
+        raise ValueError("--use-tis needs rollout log probs (none given)")
     if tis_function is not None:
         lengths = list(response_lengths)
         return tis_function(
@@ -152,9 +158,9 @@ def policy_loss(
     per-token ratios (grpo, ppo, reinforce_plus_plus*), on the sequence ratio (gspo), or CISPO.
     `ppo_kl` overrides old_log_probs - log_probs (e.g. GSPO under context parallelism, from
     ppo_utils.compute_gspo_kl). `use_tis` weights the per-token loss by truncated exp(old -
-    rollout); a `tis_function(pg_loss=, train_log_probs=, rollout_log_probs=, loss_masks=,
+    rollout); with it, a `tis_function(pg_loss=, train_log_probs=, rollout_log_probs=, loss_masks=,
     response_lengths=, total_lengths=) -> (pg_loss, loss_masks, metrics)` replaces that, and the
-    masks it returns drive every reduction. Returns (scalar loss, detached scalar metrics pg_loss,
+    masks it returns drive every reduction (without `use_tis` it is not called, as in slime). Returns (scalar loss, detached scalar metrics pg_loss,
     pg_clipfrac, ppo_kl and, as applicable, kl_loss, entropy_loss, tis, tis_clipfrac,
     train_rollout_logprob_abs_diff).
     """
@@ -168,7 +174,7 @@ def policy_loss(
         eps_clip=eps_clip, eps_clip_high=eps_clip_high if eps_clip_high is not None else eps_clip,
         eps_clip_c=eps_clip_c)
     token_metrics = {}
-    if use_tis or tis_function is not None:
+    if use_tis:
         pg_losses, masks, token_metrics = _apply_tis(
             pg_losses, masks, old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs,
             response_lengths=response_lengths, total_lengths=total_lengths, tis_clip=tis_clip,
@@ -269,8 +275,20 @@ def _policy_options(args) -> dict:
         "use_tis": args.use_tis,
         "tis_clip": args.tis_clip,
         "tis_clip_low": args.tis_clip_low,
+        "tis_function": _custom_tis(args),
         "per_token": args.calculate_per_token_loss,
     }
+
+
+def _custom_tis(args) -> Callable | None:
+    """`--custom-tis-function-path` bound to `args` (slime calls it as fn(args=args, ...))."""
+    path = getattr(args, "custom_tis_function_path", None)
+    if not path:
+        return None
+    from slime.utils.misc import load_function
+    from slime.utils.plugins import call_custom_tis
+
+    return functools.partial(call_custom_tis, load_function(path), args)
 
 
 def _value_options(args) -> dict:
@@ -293,7 +311,7 @@ def loss_options_from_args(loss_type: str, args) -> dict:
 
     policy_loss reads args.advantage_estimator, eps_clip, eps_clip_high, eps_clip_c, use_kl_loss,
     kl_loss_coef, kl_loss_type, entropy_coef, use_tis, tis_clip, tis_clip_low,
-    calculate_per_token_loss; value_loss reads value_clip, calculate_per_token_loss; sft_loss reads
+    custom_tis_function_path (loaded and bound to args), calculate_per_token_loss; value_loss reads value_clip, calculate_per_token_loss; sft_loss reads
     calculate_per_token_loss.
     """
     get_loss_function(loss_type)

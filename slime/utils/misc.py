@@ -97,3 +97,38 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def filter_kwargs_for(fn: Callable, kwargs: dict) -> dict:
+    """The subset of `kwargs` that `fn` declares (all of them when it takes **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def decode_int32_meta_array(meta_info: dict, keys) -> list[int] | None:
+    """The first of `keys` present in `meta_info`, decoded as a flat list of int32 values.
+
+    SGLang sends such arrays as base64 text; bytes, numpy arrays, tensors and lists are accepted
+    too. Returns None when none of the keys is present (or its value is None).
+    """
+    import base64
+
+    import numpy as np
+
+    for key in [keys] if isinstance(keys, str) else keys:
+        value = meta_info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = base64.b64decode(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return np.frombuffer(bytes(value), dtype=np.int32).astype(np.int64).tolist()
+        if hasattr(value, "detach"):
+            value = value.detach().cpu().numpy()
+        return np.asarray(value, dtype=np.int64).reshape(-1).tolist()
+    return None

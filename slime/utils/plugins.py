@@ -11,6 +11,7 @@ when the return does not match. Rollout and training code call these, never the 
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import numbers
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from slime.utils.misc import accepts_kwarg, function_path
+from slime.utils.misc import accepts_kwarg, filter_kwargs_for, function_path
 from slime.utils.types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 PLUGIN_FLAGS: dict[str, str] = {
@@ -40,14 +41,20 @@ PLUGIN_FLAGS: dict[str, str] = {
     "custom_loss_function_path": "fn(args, batch, logits, sum_of_sample_mean) -> (loss, log_dict)",
     "custom_advantage_function_path": "fn(args, rollout_data) -> None"
     " (sets rollout_data['advantages'] and ['returns'])",
-    "custom_tis_function_path": "fn(args, *, pg_loss, train_log_probs, rollout_log_probs,"
-    " loss_masks, **kw) -> (pg_loss, masks, metrics)",
+    "custom_tis_function_path": "fn(*, args, pg_loss, train_log_probs, rollout_log_probs,"
+    " loss_masks, total_lengths, response_lengths) -> (pg_loss, masks, metrics); with --use-tis",
     "custom_model_provider_path": "fn(pre_process, post_process, vp_stage=None) -> GPTModel",
     "custom_megatron_init_path": "fn(args) -> None",
     "custom_megatron_before_train_step_hook_path": "fn(args, rollout_id, step_id, model,"
     " optimizer, opt_param_scheduler) -> None",
-    "rollout_sample_hook_path": "hook(args, sample, *, rollout_id=None, evaluation=False)"
-    " -> Sample | None (sync or async)",
+    "rollout_sample_filter_path": "fn(args, groups) -> None (may set sample.remove_sample)",
+    "rollout_all_samples_process_path": "fn(args, all_groups, get_samples) -> None",
+    "custom_rollout_log_function_path": "fn(rollout_id, args, samples, extra_metrics, rollout_time)"
+    " -> bool (True: skip the default rollout metrics)",
+    "custom_eval_rollout_log_function_path": "fn(rollout_id, args, data, extra_metrics) -> bool"
+    " (True: skip the default eval metrics)",
+    "rollout_sample_hook_path": "hook(args, sample[, rollout_id=, evaluation=]) -> Sample | None"
+    " (sync or async; given only the keywords it declares)",
 }
 
 TRAIN_DATA_REQUIRED_KEYS = (
@@ -95,8 +102,9 @@ def call_rollout_fn(fn: Callable, args, rollout_id: int, data_source, evaluation
 
     Returns RolloutFnTrainOutput (train; a bare list[list[Sample]], or a flat list[Sample] split
     into groups of n_samples_per_prompt, is wrapped) or RolloutFnEvalOutput (eval; a bare
-    dict[str, dict] is wrapped).
+    dict[str, dict] is wrapped). Sets the current rollout id for sample hooks first.
     """
+    set_current_rollout_id(rollout_id)
     out = fn(args, rollout_id, data_source, evaluation=evaluation)
     if evaluation:
         dest = "eval_function_path"
@@ -179,19 +187,26 @@ def call_dynamic_filter(fn: Callable, args, samples: list[Sample], **kwargs) -> 
     keep = _as_bool(out.keep)
     if keep is None or (out.reason is not None and not isinstance(out.reason, str)):
         raise _bad("dynamic_sampling_filter_path", fn, "DynamicFilterOutput or bool", raw)
-    return DynamicFilterOutput(keep=keep, reason=out.reason)
+    return DynamicFilterOutput(keep=keep, reason=out.reason,
+                               keep_when_insufficient=bool(getattr(out, "keep_when_insufficient", False)))
 
 
-async def call_sample_hook(
-    fn: Callable, args, sample: Sample, rollout_id: int | None = None, evaluation: bool = False
-) -> Sample:
-    """Call one `--rollout-sample-hook-path` hook (sync or async); None means `sample` unchanged."""
-    out = await _maybe_await(fn(args, sample, rollout_id=rollout_id, evaluation=evaluation))
+async def call_sample_hook(fn: Callable, args, sample: Sample, **kwargs) -> Sample:
+    """Call one `--rollout-sample-hook-path` hook (sync or async) as slime does: `hook(args,
+    sample, **kw)` with `kwargs` cut to the keywords the hook declares (all with **kwargs).
+    None means `sample` unchanged."""
+    out = await _maybe_await(fn(args, sample, **filter_kwargs_for(fn, kwargs)))
     if out is None:
         return sample
     if not isinstance(out, Sample):
         raise _bad("rollout_sample_hook_path", fn, "a Sample or None", out)
     return out
+
+
+def call_log_function(fn: Callable, *call_args) -> bool:
+    """Call `--custom-rollout-log-function-path` / `--custom-eval-rollout-log-function-path` with
+    slime's positional arguments; True means the default metrics are skipped."""
+    return bool(fn(*call_args))
 
 
 def call_buffer_filter(
@@ -283,9 +298,10 @@ def call_custom_tis(
     loss_masks,
     **kwargs,
 ) -> tuple[torch.Tensor, Any, dict]:
-    """Call `--custom-tis-function-path`; returns (pg_loss, loss masks, metrics dict)."""
+    """Call `--custom-tis-function-path` as slime does, everything by keyword (`args=args`);
+    returns (pg_loss, loss masks, metrics dict)."""
     out = fn(
-        args,
+        args=args,
         pg_loss=pg_loss,
         train_log_probs=train_log_probs,
         rollout_log_probs=rollout_log_probs,
@@ -342,3 +358,16 @@ def make_data_source(cls: Callable, args):
             f"(documented: {PLUGIN_FLAGS['data_source_path']})"
         )
     return out
+
+
+_CURRENT_ROLLOUT_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("slime_rollout_id", default=None)
+
+
+def set_current_rollout_id(rollout_id: int | None) -> None:
+    """Record the rollout being generated (slime's `sample_hooks.set_current_rollout_id`)."""
+    _CURRENT_ROLLOUT_ID.set(rollout_id)
+
+
+def current_rollout_id() -> int | None:
+    """The rollout id last set in this context (None before any rollout)."""
+    return _CURRENT_ROLLOUT_ID.get()

@@ -188,11 +188,13 @@ def get_reinforce_plus_plus_baseline_advantages(
     loss_masks: list[torch.Tensor],
     kl_coef: float,
 ) -> list[torch.Tensor]:
-    """REINFORCE++-baseline advantages: A_t = reward_i - kl_coef * kl_t * mask_t per sample.
+    """REINFORCE++-baseline advantages: A_t = reward_i - kl_coef * kl_t per sample (as in slime the
+    KL is not masked: masked tokens carry no loss, so their advantage is never used).
 
     `rewards` must already have the group mean subtracted (see advantages.normalize_group_rewards).
+    `loss_masks` is accepted for slime's signature.
     """
-    return [rewards[i] - kl_coef * (kl[i].float() * loss_masks[i].float()) for i in range(len(kl))]
+    return [rewards[i] - kl_coef * kl[i].float() for i in range(len(kl))]
 
 
 def get_advantages_and_returns(
@@ -220,6 +222,50 @@ def get_advantages_and_returns(
     deltas = rewards.float() + gamma * next_values - values
     advantages = _discounted_cumsum(deltas, gamma * lambd)
     return advantages.detach(), advantages + values
+
+
+def get_advantages_and_returns_batch(
+    total_lengths: list[int],
+    response_lengths: list[int],
+    values_list: list[torch.Tensor],
+    rewards_list: list[torch.Tensor],
+    gamma: float,
+    lambd: float,
+    chunked: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """slime's batched GAE: `get_advantages_and_returns` per sample (no context parallelism here;
+    `chunked` only selects slime's kernel there and gives the same numbers). Returns
+    (advantages list, returns list), each tensor [response_len]."""
+    pairs = [
+        get_advantages_and_returns(t, r, v, rw, gamma, lambd)
+        for t, r, v, rw in zip(total_lengths, response_lengths, values_list, rewards_list)
+    ]
+    return [a for a, _ in pairs], [r for _, r in pairs]
+
+
+def chunked_discounted_returns(rewards: torch.Tensor, discount: float, chunk_size: int = 128) -> torch.Tensor:
+    """G_t = r_t + discount * G_{t+1} along the last dim of `rewards` ([..., T]), in fp32.
+
+    Computed backwards `chunk_size` steps at a time (a chunk is one matrix product with the
+    discount powers), so long sequences do not need one op per token.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    rewards = rewards.float()
+    steps = rewards.shape[-1]
+    out = torch.empty_like(rewards)
+    carry = torch.zeros(rewards.shape[:-1], dtype=rewards.dtype, device=rewards.device)
+    for end in range(steps, 0, -chunk_size):
+        start = max(0, end - chunk_size)
+        n = end - start
+        idx = torch.arange(n, device=rewards.device)
+        # weights[i, j] = discount^(j - i) for j >= i: G_i = sum_j weights[i, j] r_j + discount^(n - i) carry
+        power = (idx.unsqueeze(0) - idx.unsqueeze(1)).clamp(min=0).to(rewards.dtype)
+        weights = torch.where(idx.unsqueeze(0) >= idx.unsqueeze(1), discount ** power, torch.zeros_like(power))
+        tail = discount ** (n - idx).to(rewards.dtype)
+        out[..., start:end] = rewards[..., start:end] @ weights.T + carry.unsqueeze(-1) * tail
+        carry = out[..., start]
+    return out
 
 
 def compute_sequence_level_ppo_kl(
@@ -256,20 +302,21 @@ def compute_gspo_kl(
 
 def compute_cispo_loss(
     ppo_kl: torch.Tensor,
-    advantages: torch.Tensor,
-    eps_clip_high: float,
     log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_clip: float,
+    eps_clip_high: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """CISPO per-token loss: -stopgrad(min(ratio, 1 + eps_clip_high)) * A * log_probs.
+    """CISPO per-token loss: -stopgrad(clip(ratio, 1 - eps_clip, 1 + eps_clip_high)) * A * log_probs.
 
-    ratio = exp(-ppo_kl). The truncated importance weight carries no gradient, so the gradient flows
-    only through `log_probs` (every token keeps a gradient, unlike PPO clipping). Returns
-    (loss, clipfrac) with clipfrac 1.0 where the ratio was truncated.
+    slime's signature and clipping. ratio = exp(-ppo_kl). The clipped importance weight carries no
+    gradient, so the gradient flows only through `log_probs` (every token keeps a gradient, unlike
+    PPO clipping). Returns (loss, clipfrac) with clipfrac 1.0 where the ratio was clipped.
     """
     ratio = torch.exp(-ppo_kl)
-    weight = ratio.clamp(max=1.0 + eps_clip_high).detach()
-    loss = -weight * advantages * log_probs
-    return loss, (ratio > 1.0 + eps_clip_high).float()
+    clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip_high)
+    loss = -clipped.detach() * advantages * log_probs
+    return loss, (clipped != ratio).float()
 
 
 def compute_tis_weights(

@@ -34,16 +34,20 @@ def model_argv(hf_dir: str) -> list[str]:
     return model_flags_from_hf_config(read_hf_config(hf_dir))
 
 
-def fixed_rollout_data() -> dict:
-    """4 samples of different lengths with uneven, already-normalised rewards."""
+def fixed_rollout_data(with_rollout_log_probs: bool = False) -> dict:
+    """4 samples of different lengths with uneven, already-normalised rewards (optionally with
+    engine log-probs, for --use-tis / --use-rollout-logprobs)."""
     g = torch.Generator().manual_seed(0)
     lengths, responses = (7, 9, 5, 8), (3, 4, 2, 3)
-    return {
+    data = {
         "tokens": [torch.randint(0, 96, (n,), generator=g).tolist() for n in lengths],
         "response_lengths": list(responses),
         "rewards": [1.0, -0.3, 0.7, -0.2],
         "loss_masks": [[1] * r for r in responses],
     }
+    if with_rollout_log_probs:
+        data["rollout_log_probs"] = [[-4.5] * r for r in responses]
+    return data
 
 
 def build_trainer(hf_dir: str, world: int, extra: list[str], rank: int, port: int):
@@ -68,10 +72,11 @@ def build_trainer(hf_dir: str, world: int, extra: list[str], rank: int, port: in
     return args, trainer
 
 
-def _train_worker(rank: int, world: int, port: int, hf_dir: str, extra: list[str], out: str, rollouts: int):
+def _train_worker(rank: int, world: int, port: int, hf_dir: str, extra: list[str], out: str, rollouts: int,
+                  with_rollout_log_probs: bool = False):
     torch.manual_seed(0)
     _, trainer = build_trainer(hf_dir, world, extra, rank, port)
-    results = [trainer.train(i, fixed_rollout_data()) for i in range(rollouts)]
+    results = [trainer.train(i, fixed_rollout_data(with_rollout_log_probs)) for i in range(rollouts)]
     if rank == 0:
         Path(out).write_text(json.dumps(results))
     from slime.backends.megatron_utils.parallel import destroy_parallel
@@ -79,11 +84,13 @@ def _train_worker(rank: int, world: int, port: int, hf_dir: str, extra: list[str
     destroy_parallel()
 
 
-def train_metrics(hf_dir, world: int, extra: list[str], tmp_path, rollouts: int = 1, tag: str = "run") -> list[dict]:
+def train_metrics(hf_dir, world: int, extra: list[str], tmp_path, rollouts: int = 1, tag: str = "run",
+                  with_rollout_log_probs: bool = False) -> list[dict]:
     """Metrics of `rollouts` train calls on `world` gloo ranks with layout flags `extra`."""
     out = Path(tmp_path) / f"{tag}.json"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_train_worker, args=(world, free_port(), str(hf_dir), extra, str(out), rollouts), nprocs=world, join=True)
+    mp.spawn(_train_worker, args=(world, free_port(), str(hf_dir), extra, str(out), rollouts, with_rollout_log_probs),
+             nprocs=world, join=True)
     return json.loads(out.read_text())
 
 

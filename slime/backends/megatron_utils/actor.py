@@ -20,7 +20,8 @@ import torch.distributed as dist
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.packing import local_row_length
-from slime.utils.plugins import call_before_train_step_hook, call_custom_advantage, call_custom_loss
+from slime.utils.plugins import (call_before_train_step_hook, call_custom_advantage, call_custom_loss,
+                                 call_rollout_data_postprocess)
 from slime.utils.advantages import advantage_options_from_args, compute_advantages_and_returns
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
 from slime.utils.misc import load_function
@@ -192,8 +193,6 @@ class MegatronTrainer:
         common = dict(loss_masks=mb.loss_masks, response_lengths=lengths, total_lengths=mb.packed.total_lengths)
         if args.loss_type == "sft_loss":
             return fn(log_probs=log_probs, **common, **opts)
-        if args.custom_tis_function_path:
-            opts["tis_function"] = load_function(args.custom_tis_function_path)
         return fn(log_probs=log_probs, old_log_probs=t["log_probs"], advantages=t["advantages"],
                   ref_log_probs=t.get("ref_log_probs"), entropy=entropy,
                   rollout_log_probs=t.get("rollout_log_probs"), **common, **opts)
@@ -220,6 +219,10 @@ class MegatronTrainer:
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
         self._fill_advantages(rollout_data, mine)
+        if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
+            call_rollout_data_postprocess(load_function(self.args.rollout_data_postprocess_path), self.args,
+                                          rollout_id, rollout_data)
+        self._rollout_first_step = self.step_id  # the before-train-step hook counts steps within the rollout
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
         metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
@@ -233,7 +236,7 @@ class MegatronTrainer:
     def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
         args, state = self.args, self.state
         if self._hook is not None:
-            call_before_train_step_hook(self._hook, args, rollout_id, self.step_id, state.model,
+            call_before_train_step_hook(self._hook, args, rollout_id, self.step_id - self._rollout_first_step, state.model,
                                         state.optimizer, state.scheduler)
         keys = PER_TOKEN_KEYS if _mpu().is_pipeline_last_stage() else ()
         mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys)

@@ -8,7 +8,6 @@ modules or touches process groups.
 """
 
 import argparse
-import ast
 import importlib.util
 import logging
 
@@ -82,21 +81,14 @@ def params_dtype_from_args(args: argparse.Namespace) -> torch.dtype:
     return torch.float32
 
 
-def _eval_list_expr(node):
-    """Evaluate int / list literals joined by ``+`` and ``*`` (e.g. ``[0]*3+[1]*45``)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-        left, right = _eval_list_expr(node.left), _eval_list_expr(node.right)
-        return left + right if isinstance(node.op, ast.Add) else left * right
-    return ast.literal_eval(node)
-
-
 def parse_moe_layer_freq(value, num_layers: int):
-    """Normalise ``--moe-layer-freq`` (int, list, or a string such as ``"[1]*48"``) for megatron.
+    """``--moe-layer-freq`` as megatron takes it: an int N (every N-th layer is MoE) or a list of
+    0/1 of length ``num_layers``. A string goes through the flag's own parser
+    (`slime.utils.arguments.moe_layer_freq`, the one definition of the syntax)."""
+    from slime.utils.arguments.moe_layer_freq import parse_moe_layer_freq as parse_text
 
-    Returns an int N (every N-th layer is MoE) or a list of 0/1 of length ``num_layers``.
-    """
     if isinstance(value, str):
-        value = _eval_list_expr(ast.parse(value.strip(), mode="eval").body)
+        value = parse_text(value)
     if isinstance(value, int):
         return value
     value = [int(v) for v in value]

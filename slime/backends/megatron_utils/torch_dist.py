@@ -29,17 +29,17 @@ import argparse
 import logging
 import os
 import queue
-import re
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from slime.utils.arguments.logger import is_secret_dest
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 3.0
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-_SECRET = re.compile(r"(^|_)(key|token|secret|password)$")
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -64,7 +64,7 @@ def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
     `extra` added (the saver adds `world_size`)."""
     out = {}
     for key, value in vars(args).items():
-        if _SECRET.search(key):
+        if is_secret_dest(key):
             continue
         plain_list = isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value)
         if isinstance(value, _PLAIN) or plain_list:

@@ -56,7 +56,7 @@ def router_extra_args(args) -> list[str]:
     """`--router-x VALUE` flags of our parser -> sglang-router's `--x VALUE`."""
     out = []
     for dest, value in sorted(vars(args).items()):
-        if not dest.startswith("router_") or dest == "router_policy" or value in (None, False):
+        if not dest.startswith("router_") or dest == "router_policy" or value is None or value is False:
             continue
         flag = "--" + dest[len("router_"):].replace("_", "-")
         out += [flag] if value is True else [flag, str(value)]

@@ -25,3 +25,12 @@ def check_reward_nonzero_std(args, samples: list[Sample], **kwargs) -> DynamicFi
     if keep:
         return DynamicFilterOutput(keep=True)
     return DynamicFilterOutput(keep=False, reason=f"zero_std_{round(rewards[0].item(), 1)}")
+
+
+def check_reward_nonzero_std_with_fallback(args, samples: list[Sample], **kwargs) -> DynamicFilterOutput:
+    """`check_reward_nonzero_std`, but a dropped group may still fill the batch when the prompts
+    run out (`keep_when_insufficient`)."""
+    out = check_reward_nonzero_std(args, samples, **kwargs)
+    if not out.keep:
+        out.keep_when_insufficient = True
+    return out

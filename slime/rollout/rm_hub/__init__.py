@@ -4,8 +4,9 @@ Owns the entry points users import, `async_rm(args, sample, **kwargs)` and
 `batched_async_rm(args, samples, **kwargs)`. The reward comes from, in order: the custom
 function at `sample.custom_rm_path` or `--custom-rm-path` (`async def rm(args, sample)`), else
 the built-in type named by `sample.metadata["rm_type"]`, else `--rm-type` (see `registry`).
-With `--group-rm` and `--custom-rm-path` the custom function is called once per group:
-`async def rm(args, samples) -> list`; with a built-in type the samples are scored one by one.
+`batched_async_rm` with `--custom-rm-path` calls the custom function once with the whole list
+(`async def rm(args, samples) -> list`; the rollout uses it per group with `--group-rm`); with a
+built-in type the samples are scored one by one.
 
 `args` fields read: `rm_type`, `custom_rm_path`, `group_rm`, `rm_url` (remote_rm). Dict rewards
 (e.g. `dapo`) are returned whole; `Sample.get_reward_value(args)` picks `--reward-key` later.
@@ -17,11 +18,22 @@ import asyncio
 import inspect
 from typing import Any
 
-from slime.rollout.rm_hub.registry import get_reward_fn, known_rm_types
+from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
+from slime.rollout.rm_hub.f1 import f1_score
+from slime.rollout.rm_hub.gpqa import compute_gpqa_reward
+from slime.rollout.rm_hub.math_dapo import compute_score as compute_score_dapo
+from slime.rollout.rm_hub.math_utils import extract_answer as extract_boxed_answer
+from slime.rollout.rm_hub.math_utils import grade_answer_verl
+from slime.rollout.rm_hub.registry import UnknownRewardTypeError, get_reward_fn, known_rm_types
+from slime.rollout.rm_hub.remote_rm import remote_rm
 from slime.utils.misc import load_function
 from slime.utils.plugins import call_reward_fn
 
-__all__ = ["async_rm", "batched_async_rm", "resolve_rm_type"]
+# slime re-exports these graders from the package; `remote_rm` here is the function.
+__all__ = [
+    "async_rm", "batched_async_rm", "resolve_rm_type", "remote_rm", "get_deepscaler_rule_based_reward",
+    "f1_score", "compute_gpqa_reward", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
+]
 
 
 def resolve_rm_type(args, sample) -> str:
@@ -29,7 +41,7 @@ def resolve_rm_type(args, sample) -> str:
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
     rm_type = metadata.get("rm_type") or args.rm_type
     if not rm_type:
-        raise ValueError(
+        raise UnknownRewardTypeError(
             "no reward model configured: set --rm-type (one of "
             f"{', '.join(known_rm_types())}) or --custom-rm-path, or put 'rm_type' in the "
             "sample's metadata"
@@ -51,7 +63,8 @@ async def async_rm(args, sample, **kwargs) -> Any:
     """Reward of one sample: a float, or a dict for dict-valued types (`dapo`, custom, remote).
 
     `kwargs` go to the custom function or to `remote_rm` (`max_attempts`, `base_delay`,
-    `timeout`). Raises ValueError for a missing or unknown reward type.
+    `timeout`). Raises UnknownRewardTypeError (ValueError and NotImplementedError, as slime) for a
+    missing or unknown reward type.
     """
     custom_path = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
     if custom_path:
@@ -62,16 +75,16 @@ async def async_rm(args, sample, **kwargs) -> Any:
 async def batched_async_rm(args, samples: list, **kwargs) -> list:
     """Rewards of `samples`, in order.
 
-    With `--group-rm` and `--custom-rm-path`, the custom function is awaited once with the whole
-    list and must return one reward per sample. Otherwise (including `--group-rm` with a built-in
-    `--rm-type`) `async_rm` runs for every sample concurrently.
+    With `--custom-rm-path` the custom function is awaited once with the whole list (as in slime,
+    with or without `--group-rm`) and must return one reward per sample. Otherwise `async_rm`
+    runs for every sample concurrently.
     """
-    if args.group_rm and args.custom_rm_path:
+    if args.custom_rm_path:
         rewards = await _call_custom(args.custom_rm_path, args, samples, **kwargs)
         if len(rewards) != len(samples):
             raise ValueError(
                 f"--custom-rm-path {args.custom_rm_path} returned {len(rewards)} rewards for "
-                f"{len(samples)} samples (--group-rm expects one per sample)"
+                f"{len(samples)} samples (a list call expects one per sample)"
             )
         return list(rewards)
     return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))

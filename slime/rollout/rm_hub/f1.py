@@ -22,11 +22,21 @@ def normalize_f1_text(text: str) -> str:
     return " ".join(_ARTICLES_RE.sub(" ", text).split())
 
 
+normalize_answer = normalize_f1_text  # slime's name
+_YES_NO = frozenset({"yes", "no", "noanswer"})
+
+
 def f1_score(prediction: str, ground_truth: str) -> tuple[float, float, float]:
     """(f1, precision, recall) over normalised tokens, counting repeated tokens with multiplicity.
 
-    Zero overlap (including an empty side) gives (0.0, 0.0, 0.0).
+    Zero overlap (including an empty side) and a None prediction give (0.0, 0.0, 0.0); as in
+    slime, when either side normalises to yes / no / noanswer they must be equal to score.
     """
+    if prediction is None:
+        return 0.0, 0.0, 0.0
+    norm_pred, norm_gold = normalize_f1_text(prediction), normalize_f1_text(ground_truth)
+    if (norm_pred in _YES_NO or norm_gold in _YES_NO) and norm_pred != norm_gold:
+        return 0.0, 0.0, 0.0
     pred_tokens = normalize_f1_text(prediction).split()
     gold_tokens = normalize_f1_text(ground_truth).split()
     same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())

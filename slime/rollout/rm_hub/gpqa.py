@@ -1,8 +1,10 @@
 """The `gpqa` reward: multiple choice, 1 if the chosen letter is the correct one.
 
-Owns `choice_letters`, `label_to_letter`, `extract_choice` and `grade_gpqa`. Letters run A-D, or
-over as many letters as `metadata["choices"]` has entries. The label is a letter ("C", "(C)") or
-the text of the correct choice (looked up in `metadata["choices"]`). The chosen letter is read
+Owns `choice_letters`, `label_to_letter`, `extract_choice` and `grade_gpqa` (slime's name:
+`compute_gpqa_reward`). Letters are `metadata["valid_letters"]`, else one per entry of
+`metadata["choices"]`, else A-J (`DEFAULT_VALID_LETTERS`, as slime). The correct letter is
+`metadata["correct_letter"]`, else the label: a letter ("C", "(C)"), a 0-based index (3, "3"), or
+the text of the correct choice (also `metadata["correct_answer"]` / `["answer_text"]`). The chosen letter is read
 from the part after the last `</think>`, by the first pattern family that matches (last match
 within it): `\\boxed{C}`, "Answer: C" / "the answer is (C)", a parenthesised "(C)", a bare
 letter, or the exact text of one choice.
@@ -16,13 +18,18 @@ import string
 from slime.rollout.rm_hub.f1 import normalize_f1_text
 from slime.rollout.rm_hub.math_utils import extract_boxed_answer
 
-_DEFAULT_NUM_CHOICES = 4
+DEFAULT_VALID_LETTERS = "ABCDEFGHIJ"
 
 
 def choice_letters(metadata: dict | None) -> str:
-    """The valid option letters: "ABCD", or one letter per entry of metadata["choices"]."""
+    """The valid option letters: metadata["valid_letters"], one per metadata["choices"], or A-J."""
+    valid = (metadata or {}).get("valid_letters")
+    if valid:
+        return "".join(str(v).strip().upper() for v in valid)
     choices = (metadata or {}).get("choices")
-    count = len(choices) if choices else _DEFAULT_NUM_CHOICES
+    if not choices:
+        return DEFAULT_VALID_LETTERS
+    count = len(choices)
     if count > len(string.ascii_uppercase):
         raise ValueError(f"gpqa: metadata['choices'] has {count} entries; at most 26 supported")
     return string.ascii_uppercase[:count]
@@ -39,16 +46,24 @@ def _bare_letter(text: str, letters: str) -> str | None:
 
 
 def label_to_letter(label, metadata: dict | None) -> str:
-    """The correct letter from a letter label or the correct choice's text."""
+    """The correct letter: metadata["correct_letter"], or from the label (letter, 0-based index, or
+    the correct choice's text, which metadata["correct_answer"] / ["answer_text"] may also give)."""
+    metadata = metadata or {}
     letters = choice_letters(metadata)
-    letter = _bare_letter(str(label), letters)
-    if letter is not None:
-        return letter
-    choices = (metadata or {}).get("choices") or []
-    wanted = normalize_f1_text(label)
-    for letter, choice in zip(letters, choices):
-        if normalize_f1_text(choice) == wanted:
+    for given in (metadata.get("correct_letter"), label):
+        letter = _bare_letter(str(given), letters) if given is not None else None
+        if letter is not None:
             return letter
+    if isinstance(label, int) or (isinstance(label, str) and label.strip().isdigit()):
+        index = int(label)
+        if 0 <= index < len(letters):
+            return letters[index]
+    choices = metadata.get("choices") or []
+    for text in (metadata.get("correct_answer"), metadata.get("answer_text"), label):
+        wanted = normalize_f1_text(text) if text is not None else None
+        for letter, choice in zip(letters, choices):
+            if wanted and normalize_f1_text(choice) == wanted:
+                return letter
     raise ValueError(
         f"gpqa: label {label!r} is neither an option letter ({letters}) nor the text of one of "
         "metadata['choices']"
@@ -90,3 +105,8 @@ def grade_gpqa(response: str, label, metadata: dict | None) -> float:
         raise ValueError("rm_type 'gpqa' needs sample.label (set --label-key)")
     correct = label_to_letter(label, metadata)
     return 1.0 if extract_choice(response, metadata) == correct else 0.0
+
+
+def compute_gpqa_reward(response: str, label, metadata: dict | None = None) -> float:
+    """slime's name for the `gpqa` grader (see `grade_gpqa`)."""
+    return grade_gpqa(response, label, metadata)

@@ -222,10 +222,53 @@ def grade_answer(pred: str, label) -> float:
     return 1.0 if any(is_equiv(pred, lab) for lab in label_candidates(label)) else 0.0
 
 
-def grade_math(response: str, label) -> float:
-    """The `math` reward: 1.0 if the last boxed content (else the whole stripped response)
-    equals the label (or any of a list of labels), else 0.0."""
+def grade_math(response: str, label) -> int:
+    """The `math` reward: 1 if the last boxed content equals the label (or any of a list of
+    labels), else 0 (an int, as in slime). Unlike slime (0 without `\\boxed{}`), a response with
+    no boxed answer is compared whole: the CPU toy task answers with a bare token
+    (docs/plugins.md, deliberate differences). `grade_answer_verl` is slime's strict check."""
     if label is None:
         raise ValueError("rm_type 'math' needs sample.label (set --label-key)")
     boxed = extract_boxed_answer(response)
-    return grade_answer(boxed if boxed is not None else response.strip(), label)
+    return int(grade_answer(boxed if boxed is not None else response.strip(), label))
+
+
+# slime's public names (slime.rollout.rm_hub.math_utils), on top of the functions above.
+mathd_normalize_answer = normalize_answer
+
+
+def extract_answer(passage: str) -> str | None:
+    """slime's name: the content of the last `\\boxed{}` in `passage`, or None."""
+    return extract_boxed_answer(passage) if passage else None
+
+
+def remove_boxed(s: str) -> str | None:
+    """`\\boxed{x}` -> `x`; None when `s` is not exactly one boxed expression."""
+    if not s or last_boxed_only_string(s) != s:
+        return None
+    return extract_boxed_answer(s)
+
+
+def grade_answer_mathd(given_answer: str, ground_truth: str) -> bool:
+    """Equal after answer normalisation (string comparison only)."""
+    given, truth = normalize_answer(given_answer), normalize_answer(ground_truth)
+    return bool(given) and given == truth
+
+
+def grade_answer_sympy(given_answer: str, ground_truth: str) -> bool:
+    """Equal after normalisation, element-wise for tuples, or by bounded sympy equality."""
+    return is_equiv(given_answer, ground_truth)
+
+
+def grade_answer_verl(solution_str: str, ground_truth) -> bool:
+    """slime's math check: needs a boxed answer in `solution_str` (else False), then mathd or
+    sympy equality with `ground_truth` (itself unboxed when it contains `\\boxed`)."""
+    if ground_truth is None or str(ground_truth) == "":
+        return False
+    ground_truth = str(ground_truth)
+    if "\\boxed" in ground_truth:
+        ground_truth = extract_answer(ground_truth) or ground_truth
+    given = extract_answer(solution_str)
+    if given is None:
+        return False
+    return grade_answer_mathd(given, ground_truth) or grade_answer_sympy(given, ground_truth)

@@ -26,6 +26,11 @@ from slime.rollout.rm_hub.math_utils import extract_boxed_answer, grade_answer, 
 from slime.rollout.rm_hub.remote_rm import remote_rm
 
 BOXED_PREFIX = "boxed_"
+
+
+class UnknownRewardTypeError(ValueError, NotImplementedError):
+    """A missing or unknown reward type. slime raises NotImplementedError; this is both, so code
+    catching either keeps working."""
 Grader = Callable[..., Awaitable[Any]]
 LocalFn = Callable[[str, Any, dict], Any]
 
@@ -87,13 +92,14 @@ def known_rm_types() -> list[str]:
 def get_reward_fn(rm_type: str) -> Callable[..., Awaitable[Any]]:
     """The reward function `async fn(args, sample, **kwargs)` for `rm_type` (maybe boxed_-prefixed).
 
-    Raises ValueError naming the type and the accepted ones when it is unknown.
+    Raises UnknownRewardTypeError (a ValueError and a NotImplementedError) naming the type and the
+    accepted ones when it is unknown.
     """
     name = rm_type.strip()
     boxed = name.startswith(BOXED_PREFIX)
     base = name[len(BOXED_PREFIX) :] if boxed else name
     if base not in REWARD_TYPES:
-        raise ValueError(f"unknown rm_type {rm_type!r}; known: {', '.join(known_rm_types())}")
+        raise UnknownRewardTypeError(f"unknown rm_type {rm_type!r}; known: {', '.join(known_rm_types())}")
     grader = REWARD_TYPES[base]
 
     async def reward(args, sample, **kwargs):

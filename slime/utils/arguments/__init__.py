@@ -27,9 +27,9 @@ from slime.utils.arguments import (
 from slime.utils.arguments import eval as eval_domain
 from slime.utils.arguments.common import ArgumentError
 from slime.utils.arguments.hf_config import check_hf_config
-from slime.utils.arguments.logger import SECRET_DESTS
+from slime.utils.arguments.logger import SECRET_DESTS, is_secret_dest
 
-__all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "build_parser", "check_hf_config",
+__all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_dest", "build_parser", "check_hf_config",
            "parse_args", "redacted_vars", "validate_args"]
 
 # Not named `logger`: that name is the logging domain submodule of this package.
@@ -82,10 +82,6 @@ def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.
 
 
 def redacted_vars(args: argparse.Namespace) -> dict[str, Any]:
-    """``vars(args)`` with every dest of ``SECRET_DESTS`` that is set replaced by "<redacted>";
-    for printing plans and config dumps."""
-    out = dict(vars(args))
-    for dest in SECRET_DESTS:
-        if out.get(dest) is not None:
-            out[dest] = "<redacted>"
-    return out
+    """``vars(args)`` with every secret dest (``is_secret_dest``) that is set replaced by
+    "<redacted>"; for printing plans and config dumps."""
+    return {k: "<redacted>" if v is not None and is_secret_dest(k) else v for k, v in vars(args).items()}

@@ -58,8 +58,8 @@ def _add_correction(group) -> None:
     group.add_argument("--custom-advantage-function-path", type=str, default=None,
                        help="fn(args, rollout_data) setting advantages and returns.")
     group.add_argument("--custom-tis-function-path", type=str, default=None,
-                       help="fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, **kw) "
-                       "-> (pg_loss, masks, metrics).")
+                       help="fn(args=, pg_loss=, train_log_probs=, rollout_log_probs=, loss_masks=, "
+                       "total_lengths=, response_lengths=) -> (pg_loss, masks, metrics); used with --use-tis.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +83,8 @@ def validate(args: argparse.Namespace) -> list[str]:
                 "--loss-type custom_loss requires --custom-loss-function-path")
     elif args.custom_loss_function_path is not None:
         warnings.append(f"--custom-loss-function-path is ignored with --loss-type {args.loss_type}")
+    if args.custom_tis_function_path and not args.use_tis:
+        warnings.append("--custom-tis-function-path is ignored without --use-tis (as in slime)")
     require(args.tis_clip_low <= args.tis_clip,
             f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
     if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:

@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 
+DEFAULT_ROLLOUT_FUNCTION = "slime.rollout.sglang_rollout.generate_rollout"
 _SLICE_SUFFIX = re.compile(r"@\[[^\]]*\]$")
 
 

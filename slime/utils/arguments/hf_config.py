@@ -36,6 +36,18 @@ def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
     return None, None
 
 
+def hf_num_experts(hf_config: dict) -> tuple[str | None, int]:
+    """(key, routed expert count) of an HF config; (None, 0) for a dense model. The one reading of
+    the expert count, shared with the weight maps' HF -> Megatron args."""
+    key, value = _hf_value(hf_config, _EXPERT_KEYS)
+    return (key, int(value)) if value else (None, 0)
+
+
+def hf_rope_theta(hf_config: dict) -> tuple[str | None, Any]:
+    """(key, rope theta) from the top level or `rope_parameters` / `rope_scaling`; (None, None)."""
+    return _rope_theta(hf_config)
+
+
 def _rope_theta(hf_config: dict) -> tuple[str | None, Any]:
     if hf_config.get("rope_theta") is not None:
         return "rope_theta", hf_config["rope_theta"]

@@ -1,11 +1,20 @@
-"""Logging domain: the metrics directory and the wandb / tensorboard sinks. ``SECRET_DESTS`` names
-dests whose values must never be printed (plans, config dumps, wandb config)."""
+"""Logging domain: the metrics directory and the wandb / tensorboard sinks. ``is_secret_dest`` (the
+one definition of a secret flag: ``SECRET_DESTS`` plus API keys, tokens and passwords of the
+passthrough flags) names dests whose values must never be printed or saved (plans, config dumps,
+wandb config, checkpoint args)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 
 SECRET_DESTS = ("wandb_key",)
+_SECRET_NAME = re.compile(r"(^|_)(api_key|token|secret|password)$")
+
+
+def is_secret_dest(dest: str) -> bool:
+    """Whether the value of args.`dest` is a credential (e.g. wandb_key, sglang_api_key)."""
+    return dest in SECRET_DESTS or bool(_SECRET_NAME.search(dest))
 WANDB_MODES = ("online", "offline", "disabled")
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 
-from slime.utils.arguments.common import ArgumentError, check_path_exists, positive_int, require
+from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION, ArgumentError, check_path_exists, positive_int, require
 from slime.utils.arguments.hf_config import check_hf_config
 
 RM_BASE_TYPES = ("deepscaler", "dapo", "math", "f1", "gpqa", "remote_rm", "random")
@@ -42,7 +42,7 @@ def _add_sampling(group) -> None:
 
 
 def _add_plugins(group) -> None:
-    group.add_argument("--rollout-function-path", type=str, default="slime.rollout.sglang_rollout.generate_rollout",
+    group.add_argument("--rollout-function-path", type=str, default=DEFAULT_ROLLOUT_FUNCTION,
                        help="generate_rollout(args, rollout_id, data_source, evaluation=False).")
     group.add_argument("--custom-generate-function-path", type=str, default=None,
                        help="async generate(args, sample, sampling_params) replacing the default generation.")
@@ -52,8 +52,20 @@ def _add_plugins(group) -> None:
                        help="Class(args) with get_samples, add_samples, save, load, __len__.")
     group.add_argument("--buffer-filter-path", type=str, default=None,
                        help="fn(args, rollout_id, buffer, num_samples) picking groups out of the buffer.")
-    group.add_argument("--rollout-sample-hook-path", type=str, action="append", default=None,
-                       help="hook(args, sample, *, rollout_id=None, evaluation=False); repeatable, run in order.")
+    group.add_argument("--rollout-sample-hook-path", type=str, action="append", default=[],
+                       help="hook(args, sample[, rollout_id=, evaluation=]) -> Sample | None, given only the "
+                       "keywords it declares; run after generation, before the reward; repeatable, run in order.")
+    group.add_argument("--rollout-sample-filter-path", type=str, default=None,
+                       help="fn(args, groups) called on the kept groups after the default rollout; it may set "
+                       "sample.remove_sample (loss mask zeroed); its return is ignored.")
+    group.add_argument("--rollout-all-samples-process-path", type=str, default=None,
+                       help="fn(args, all_groups, get_samples) called after the default rollout with every "
+                       "finished group, the filtered-out ones included; its return is ignored.")
+    group.add_argument("--custom-rollout-log-function-path", type=str, default=None,
+                       help="fn(rollout_id, args, samples, extra_metrics, rollout_time) -> bool; True skips "
+                       "the default rollout/* metrics.")
+    group.add_argument("--custom-eval-rollout-log-function-path", type=str, default=None,
+                       help="fn(rollout_id, args, data, extra_metrics) -> bool; True skips the default eval/* metrics.")
     group.add_argument("--custom-convert-samples-to-train-data-path", type=str, default=None,
                        help="fn(args, samples) -> dict of train data (tokens, response_lengths, rewards, ...).")
     group.add_argument("--rollout-data-postprocess-path", type=str, default=None,

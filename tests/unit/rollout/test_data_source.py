@@ -133,6 +133,7 @@ def test_buffer_filter_path_plugin(prompt_file, tmp_path):
     )
     args.calls = []
     source = RolloutDataSourceWithBuffer(args)
+    assert len(source.get_samples(1)) == 1 and args.calls == []  # slime: no filter call on an empty buffer
     old = [[Sample(prompt=f"old{i}"), Sample(prompt=f"old{i}")] for i in range(3)]
     source.add_samples(old)
     assert source.get_samples(1) == [old[2]] and source.buffer == old[:2]

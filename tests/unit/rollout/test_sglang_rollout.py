@@ -170,3 +170,66 @@ def test_rollout_client_waits_as_long_as_the_router(tiny_moe_hf, toy_data, flag,
                                    "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", "1", *flag))
     client = sglang_rollout.router_client(args)
     assert client.timeout.total == expected and client.base_url == "http://127.0.0.1:1"
+
+
+SEEN: dict = {}
+
+
+def mark_first_group_removed(args, groups):
+    """--rollout-sample-filter-path used below: return value is ignored, remove_sample is kept."""
+    SEEN["filter"] = [[s.index for s in g] for g in groups]
+    for s in groups[0]:
+        s.remove_sample = True
+    return "ignored"
+
+
+def count_all_groups(args, groups, get_samples):
+    """--rollout-all-samples-process-path used below."""
+    SEEN["all"] = (len(groups), callable(get_samples))
+
+
+def drop_group_zero(args, samples, **kwargs):
+    return samples[0].group_index != 0
+
+
+def test_after_rollout_plugins_see_kept_and_all_groups(args):
+    args.rollout_sample_filter_path = f"{__name__}.mark_first_group_removed"
+    args.rollout_all_samples_process_path = f"{__name__}.count_all_groups"
+    args.dynamic_sampling_filter_path = f"{__name__}.drop_group_zero"
+    args.rollout_batch_size, args.over_sampling_batch_size = 2, 3
+    out = generate_rollout(args, 0, RolloutDataSourceWithBuffer(args))
+    assert len(out.samples) == 2 and all(s.remove_sample for s in out.samples[0])
+    assert not any(s.remove_sample for s in out.samples[1])
+    assert SEEN["filter"] == [[s.index for s in g] for g in out.samples]
+    assert SEEN["all"] == (3, True)  # the two kept groups and the filtered-out group 0
+
+
+def test_partial_rollout_hands_unfinished_groups_back_and_continues_them(args):
+    args.partial_rollout = True
+    args.rollout_batch_size, args.over_sampling_batch_size = 2, 4
+    args.rollout_max_response_len = 6
+    source = RolloutDataSourceWithBuffer(args)
+    first = generate_rollout(args, 0, source)
+    assert len(first.samples) == 2
+    spare = {g[0].group_index for g in source.buffer}
+    assert len(spare) == 2 == first.metrics["rollout/aborted_groups"]  # 4 in flight, 2 kept
+    assert spare.isdisjoint({g[0].group_index for g in first.samples})
+    partial = {s.index: s.response_length for g in source.buffer for s in g if s.status == Sample.Status.ABORTED}
+    second = generate_rollout(args, 1, source)
+    seen = {g[0].group_index for g in second.samples} | {g[0].group_index for g in source.buffer}
+    assert spare <= seen
+    assert source.sample_group_index == 6  # rollout 1 drew the 2 handed-back groups before 2 new prompts
+    for group in second.samples:
+        for s in group:
+            assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+            assert len(s.rollout_log_probs) == s.response_length <= 6
+            assert s.response_length >= partial.get(s.index, 0)  # continued, not restarted
+
+
+def test_generate_and_rm_with_slimes_signature(args):
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 1}
+    sample = asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="12 mod 2", index=0, label="0"), params))
+    assert isinstance(sample, Sample) and sample.response_length == 1 and sample.reward in (0, 1)
+    group = [Sample(prompt="3 mod 2", index=i, label="1") for i in range(2)]
+    out = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, params, evaluation=True))
+    assert [s.index for s in out] == [0, 1] and all(s.reward is not None for s in out)

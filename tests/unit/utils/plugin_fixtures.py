@@ -240,6 +240,21 @@ def sample_hook_bad(args, sample, *, rollout_id=None, evaluation=False):
     return 1
 
 
+def sample_hook_plain(args, sample):
+    args.calls.append(("sample_hook_plain", sample.prompt))
+
+
+def sample_hook_kwargs(args, sample, **kwargs):
+    args.calls.append(("sample_hook_kwargs", kwargs))
+
+
+# --custom-tis-function-path in slime's style: everything by keyword
+def custom_tis_kwonly(*, args, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths,
+                      response_lengths):
+    args.calls.append(("custom_tis_kwonly", total_lengths, response_lengths))
+    return pg_loss * 2, loss_masks, {}
+
+
 # --data-source-path
 class ListDataSource:
     """A minimal user data source: the prompts of `args.prompts`, one per group."""

@@ -125,7 +125,7 @@ def test_policy_loss_custom_tis_masks_drive_reduction():
         return pg_loss, masks, {"dropped": torch.ones_like(pg_loss)}
 
     # sample 0 keeps only token 0: -1.1 / 1 + 0.8 = -0.3
-    loss, metrics = _policy(rollout_log_probs=OLD, tis_function=drop_second_token)
+    loss, metrics = _policy(rollout_log_probs=OLD, use_tis=True, tis_function=drop_second_token)
     assert seen["lengths"] == [2, 1]
     _close(loss, -0.3)
     _close(metrics["dropped"], 2.0)
@@ -211,3 +211,12 @@ def test_policy_options_from_args_drive_policy_loss():
     _close(loss, -1.5)
     assert losses.loss_options_from_args("value_loss", args) == {"value_clip": 0.2, "per_token": True}
     assert math.isclose(opts["eps_clip_high"], 0.2)
+
+
+def test_slime_cp_utils_reducer_argument_order_and_denominators():
+    from slime.backends.megatron_utils.cp_utils import get_sum_of_sample_mean as slime_reducer
+
+    x, masks = _t(1.0, 3.0, 5.0), [_t(1, 1), _t(1)]
+    _close(slime_reducer([3, 2], [2, 1], masks)(x), (1 + 3) / 2 + 5)
+    _close(slime_reducer([3, 2], [2, 1], masks, [4.0, 5.0])(x), (1 + 3) / 4 + 5 / 5)
+    _close(slime_reducer([3, 2], [2, 1], masks, None, True)(x), 9.0)

@@ -14,8 +14,12 @@ from slime.utils.misc import load_function
 from slime.utils.types import Sample
 
 
+def fixture_path(name):
+    return f"tests.unit.utils.plugin_fixtures.{name}"
+
+
 def fixture(name):
-    return load_function(f"tests.unit.utils.plugin_fixtures.{name}")
+    return load_function(fixture_path(name))
 
 
 @pytest.fixture
@@ -32,6 +36,8 @@ def test_plugin_flags_cover_every_documented_plugin_point():
         "custom_advantage_function_path", "custom_tis_function_path",
         "custom_model_provider_path", "custom_megatron_init_path",
         "custom_megatron_before_train_step_hook_path", "rollout_sample_hook_path",
+        "rollout_sample_filter_path", "rollout_all_samples_process_path", "custom_rollout_log_function_path",
+        "custom_eval_rollout_log_function_path",
     }
 
 
@@ -219,6 +225,20 @@ def test_custom_tis(args):
         )
 
 
+def test_custom_tis_slime_style_gets_args_by_keyword_through_loss_options(args):
+    from slime.utils.losses import loss_options_from_args
+
+    flags = dict(advantage_estimator="grpo", eps_clip=0.2, eps_clip_high=0.2, eps_clip_c=None,
+                 use_kl_loss=False, kl_loss_coef=0.0, kl_loss_type="k1", entropy_coef=0.0, use_tis=True,
+                 tis_clip=2.0, tis_clip_low=0.0, calculate_per_token_loss=False,
+                 custom_tis_function_path=fixture_path("custom_tis_kwonly"))
+    vars(args).update(flags)
+    tis = loss_options_from_args("policy_loss", args)["tis_function"]
+    loss, _, _ = tis(pg_loss=torch.ones(2), train_log_probs=[torch.zeros(2)], rollout_log_probs=[torch.zeros(2)],
+                     loss_masks=[torch.ones(2)], total_lengths=[3], response_lengths=[2])
+    assert loss.tolist() == [2.0, 2.0] and args.calls == [("custom_tis_kwonly", [3], [2])]
+
+
 # --custom-model-provider-path
 def test_model_provider_vp_stage_only_when_accepted():
     assert plugins.call_model_provider(fixture("model_provider"), True, False, vp_stage=1).provided_with == (
@@ -244,13 +264,29 @@ def test_megatron_init_and_before_train_step_hook(args):
 # --rollout-sample-hook-path
 def test_sample_hooks_sync_none_and_async_replacement(args):
     sample = Sample(prompt="q")
-    same = asyncio.run(plugins.call_sample_hook(fixture("sample_hook"), args, sample, 3, True))
+    same = asyncio.run(plugins.call_sample_hook(fixture("sample_hook"), args, sample, rollout_id=3, evaluation=True))
     assert same is sample and sample.metadata == {"hooked": True}
     assert args.calls == [("sample_hook", sample, 3, True)]
-    new = asyncio.run(plugins.call_sample_hook(fixture("sample_hook_async"), args, sample, 3, False))
+    new = asyncio.run(plugins.call_sample_hook(fixture("sample_hook_async"), args, sample, rollout_id=3))
     assert new is not sample and new.response == "replaced"
     with pytest.raises(TypeError, match="--rollout-sample-hook-path.*got int"):
         asyncio.run(plugins.call_sample_hook(fixture("sample_hook_bad"), args, sample))
+
+
+def test_slime_apply_rollout_sample_hooks_passes_only_declared_keywords(args):
+    from slime.rollout.sample_hooks import apply_rollout_sample_hooks, set_current_rollout_id
+
+    args.rollout_sample_hook_path = [fixture_path("sample_hook_plain"), fixture_path("sample_hook_kwargs")]
+    set_current_rollout_id(7)
+    groups = [[Sample(prompt="a")], [Sample(prompt="b"), Sample(prompt="c")]]
+    out = asyncio.run(apply_rollout_sample_hooks(args, groups, evaluation=True))
+    assert [[s.prompt for s in g] for g in out] == [["a"], ["b", "c"]]
+    assert args.calls[0] == ("sample_hook_plain", "a")
+    assert args.calls[1] == ("sample_hook_kwargs", {"rollout_id": 7, "evaluation": True})
+    with pytest.raises(TypeError):
+        asyncio.run(apply_rollout_sample_hooks(args, {"not": "a sample"}))
+    args.rollout_sample_hook_path = []
+    assert asyncio.run(apply_rollout_sample_hooks(args, "anything")) == "anything"
 
 
 # --data-source-path

@@ -161,6 +161,9 @@ def test_reinforce_plus_plus_baseline_advantages():
     # 0.5 - 0.5 * [0.2, 0.4] = [0.4, 0.3]
     out = ppo_utils.get_reinforce_plus_plus_baseline_advantages(_t(0.5), [_t(0.2, 0.4)], [_t(1, 1)], 0.5)
     _close(out[0], [0.4, 0.3])
+    # as in slime the KL is not masked: a masked token still gets 0.5 - 0.5 * 0.4
+    out = ppo_utils.get_reinforce_plus_plus_baseline_advantages(_t(0.5), [_t(0.2, 0.4)], [_t(1, 0)], 0.5)
+    _close(out[0], [0.4, 0.3])
 
 
 def test_gae_three_steps():
@@ -201,15 +204,17 @@ def test_gspo_kl_flattens_and_broadcasts_to_local_tokens():
 
 
 def test_cispo_gradient_flows_only_through_log_prob():
-    # ppo_kl = old - new = [0, -1] -> ratio [1, e]; weight = min(ratio, 1.28) = [1, 1.28], detached
-    # loss = -w * A * logp = [-1*1*(-1), -1.28*2*(-2)] = [1, 5.12]; grad = -w * A = [-1, -2.56]
+    # slime's signature compute_cispo_loss(ppo_kl, log_probs, advantages, eps_clip, eps_clip_high).
+    # ppo_kl = old - new = [0, -1, 1] -> ratio [1, e, 1/e]; weight = clip(ratio, 0.8, 1.28)
+    # = [1, 1.28, 0.8], detached. loss = -w * A * logp = [1, 5.12, 1.6]; grad = -w * A
     # (without the stop-gradient token 0 would get -A * (ratio * logp + ratio) = 0)
-    log_probs = _t(-1.0, -2.0).requires_grad_()
-    loss, clipfrac = ppo_utils.compute_cispo_loss(_t(-1.0, -3.0) - log_probs, _t(1.0, 2.0), 0.28, log_probs)
-    _close(loss, [1.0, 5.12], atol=1e-5)
-    _close(clipfrac, [0.0, 1.0])
+    log_probs = _t(-1.0, -2.0, -2.0).requires_grad_()
+    advantages = _t(1.0, 2.0, 1.0)
+    loss, clipfrac = ppo_utils.compute_cispo_loss(_t(-1.0, -3.0, -1.0) - log_probs, log_probs, advantages, 0.2, 0.28)
+    _close(loss, [1.0, 5.12, 1.6], atol=1e-5)
+    _close(clipfrac, [0.0, 1.0, 1.0])
     loss.sum().backward()
-    _close(log_probs.grad, [-1.0, -2.56], atol=1e-5)
+    _close(log_probs.grad, [-1.0, -2.56, -0.8], atol=1e-5)
 
 
 def test_tis_weights_truncate_and_detach():
@@ -228,3 +233,23 @@ def test_tis_weights_truncate_and_detach():
 def test_tis_low_above_high_raises():
     with pytest.raises(ValueError, match="--tis-clip-low"):
         ppo_utils.compute_tis_weights(_t(0.0), _t(0.0), tis_clip=1.0, tis_clip_low=2.0)
+
+
+def test_chunked_discounted_returns_matches_the_recursion():
+    rewards = torch.tensor([[1.0, 0.0, 2.0, -1.0, 0.5], [0.0, 0.0, 0.0, 0.0, 3.0]])
+    expected = torch.zeros_like(rewards)
+    running = torch.zeros(2)
+    for t in reversed(range(5)):
+        running = rewards[:, t] + 0.9 * running
+        expected[:, t] = running
+    for chunk in (1, 2, 3, 128):
+        _close(ppo_utils.chunked_discounted_returns(rewards, 0.9, chunk_size=chunk), expected.tolist(), atol=1e-5)
+
+
+def test_get_advantages_and_returns_batch_is_per_sample_gae():
+    values = [_t(0.5, 0.2), _t(0.1)]
+    rewards = [_t(0.0, 1.0), _t(2.0)]
+    adv, ret = ppo_utils.get_advantages_and_returns_batch([4, 3], [2, 1], values, rewards, 1.0, 1.0)
+    one_adv, one_ret = ppo_utils.get_advantages_and_returns(4, 2, values[0], rewards[0], 1.0, 1.0)
+    _close(adv[0], one_adv.tolist())
+    _close(ret[1], [2.0])

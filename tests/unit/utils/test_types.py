@@ -57,7 +57,7 @@ def test_round_trip_keeps_fields_and_unknown_keys():
     assert again == d
     assert pickle.loads(pickle.dumps(back)).to_dict() == d
     with pytest.raises(ValueError, match="to_dict"):
-        Sample.from_dict({"prompt": "x", "to_dict": 1})
+        Sample.from_dict({"prompt": "x", "status": "pending", "to_dict": 1})
 
 
 @pytest.mark.parametrize(

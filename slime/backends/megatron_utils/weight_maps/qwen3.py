@@ -7,6 +7,7 @@ derived from a Qwen3 HF ``config.json`` (used when converting without MODEL_ARGS
 from slime.backends.megatron_utils.model_provider import padded_vocab_size
 from slime.backends.megatron_utils.weight_maps import transforms as tf
 from slime.backends.megatron_utils.weight_maps.base import ConvertContext, Rule, WeightMap
+from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -74,15 +75,9 @@ MOE_MLP_RULES = [
     ),
 ]
 
-_EXPERT_KEYS = ("num_experts", "num_local_experts")
-
-
 def num_experts(hf_config: dict) -> int:
-    """Routed experts in a Qwen3 config (0 for dense); ``num_experts`` or ``num_local_experts``."""
-    for key in _EXPERT_KEYS:
-        if hf_config.get(key):
-            return int(hf_config[key])
-    return 0
+    """Routed experts in a Qwen3 config (0 for dense), read as argument validation reads it."""
+    return hf_num_experts(hf_config)[1]
 
 
 def moe_layer_pattern(hf_config: dict) -> list:
@@ -96,14 +91,9 @@ def moe_layer_pattern(hf_config: dict) -> list:
 
 
 def rope_theta(hf_config: dict) -> float:
-    """``rope_theta`` from the top level or from ``rope_parameters`` / ``rope_scaling``."""
-    if hf_config.get("rope_theta") is not None:
-        return float(hf_config["rope_theta"])
-    for key in ("rope_parameters", "rope_scaling"):
-        nested = hf_config.get(key) or {}
-        if nested.get("rope_theta") is not None:
-            return float(nested["rope_theta"])
-    return 10000.0
+    """``rope_theta`` from the top level or ``rope_parameters`` / ``rope_scaling`` (default 10000)."""
+    value = hf_rope_theta(hf_config)[1]
+    return float(value) if value is not None else 10000.0
 
 
 def head_dim(hf_config: dict) -> int:

@@ -99,6 +99,15 @@ def test_group_rm_calls_custom_once_with_the_group():
     samples = [Sample(response=r) for r in ("ccc", "a", "bb")]
     args = make_args(custom_rm_path=f"{HELPERS}.group_rm", group_rm=True)
     assert run(batched_async_rm(args, samples)) == [2.0, 0.0, 1.0]
+    # as in slime, a list call hands the custom function the whole list even without --group-rm
+    assert run(batched_async_rm(make_args(custom_rm_path=f"{HELPERS}.group_rm"), samples)) == [2.0, 0.0, 1.0]
+
+
+def test_unknown_type_is_also_slimes_not_implemented_error():
+    with pytest.raises(NotImplementedError, match="unknown rm_type"):
+        run(async_rm(make_args(rm_type="nope"), Sample(response="x")))
+    with pytest.raises(NotImplementedError, match="no reward model"):
+        run(async_rm(make_args(), Sample(response="x")))
 
 
 def test_group_rm_with_builtin_type_scores_each_sample():

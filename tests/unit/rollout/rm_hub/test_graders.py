@@ -71,9 +71,20 @@ def test_gpqa_choices_from_metadata():
     assert label_to_letter("(E)", meta) == "E"
     assert grade_gpqa("Answer: E", "Madrid", meta) == 1.0
     assert grade_gpqa("Answer: E", "Paris", meta) == 0.0
-    assert grade_gpqa("Answer: E", "D", None) == 0.0  # only A-D without metadata choices
-    with pytest.raises(ValueError, match="ABCD"):
-        grade_gpqa("Answer: E", "E", None)
+    assert grade_gpqa("Answer: E", "D", None) == 0.0
+    assert grade_gpqa("Answer: E", "E", None) == 1.0  # A-J without metadata choices, as slime
+    with pytest.raises(ValueError, match="ABC"):
+        grade_gpqa("Answer: E", "E", {"valid_letters": ["A", "B", "C"]})
     assert grade_gpqa("The answer is (b)", "B", None) == 1.0
     with pytest.raises(ValueError, match="neither an option letter"):
         label_to_letter("Lisbon", meta)
+
+
+def test_gpqa_slime_metadata_and_index_labels():
+    from slime.rollout.rm_hub.gpqa import DEFAULT_VALID_LETTERS, compute_gpqa_reward
+
+    assert DEFAULT_VALID_LETTERS == "ABCDEFGHIJ"
+    assert compute_gpqa_reward("Answer: C", 2) == 1.0 and compute_gpqa_reward("Answer: C", "2") == 1.0
+    assert compute_gpqa_reward("Answer: B", "ignored", {"correct_letter": "B"}) == 1.0
+    meta = {"choices": ["x", "y", "z"], "correct_answer": "z"}
+    assert compute_gpqa_reward("the answer is (C)", "unused", meta) == 1.0

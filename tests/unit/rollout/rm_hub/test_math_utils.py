@@ -99,9 +99,10 @@ def test_hostile_or_unsupported_input_is_rejected_not_evaluated(hostile):
 
 
 def test_grade_math_uses_boxed_or_whole_response():
-    assert grade_math(r"We get \boxed{\frac{1}{2}}.", "0.5") == 1.0
-    assert grade_math(r"We get \boxed{0.51}.", "0.5") == 0.0
-    assert grade_math("  1000\n", "1,000") == 1.0
+    assert grade_math(r"We get \boxed{\frac{1}{2}}.", "0.5") == 1
+    assert grade_math(r"We get \boxed{0.51}.", "0.5") == 0
+    assert grade_math(r"\boxed{1000}", "1,000") == 1
+    assert grade_math("  1000\n", "1,000") == 1
     assert grade_math(r"\boxed{4}", ["3", "4"]) == 1.0
     with pytest.raises(ValueError, match="label"):
         grade_math(r"\boxed{4}", None)
