@@ -141,6 +141,11 @@ class Scheduler:
                 self._deliver(req)
         return len(waiting) + len(running)
 
+    def kv_cache_bytes(self) -> int:
+        """Bytes the running batch's KV cache holds now."""
+        with self.model_lock:
+            return self._kv.nbytes()
+
     def drop_cache(self) -> None:
         """Abort everything in flight and free the KV cache (memory release)."""
         self.abort(abort_all=True)
