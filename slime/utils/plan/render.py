@@ -142,9 +142,9 @@ def _timeline(plan: Plan) -> str:
         return _section("Colocated timeline per GPU", [("hand-over", "none (not colocated)")])
     rows = [("hand-over per rollout", HAND_OVER)]
     for number, phase in enumerate(plan.timeline, 1):
-        rows.append((f"{number}. {phase.name}", ""))
+        rows.append((f"{number}. {phase.name}", _gib(phase.total).strip()))
         rows += [(f"   {name}", _gib(b)) for name, b in phase.parts.items()]
-        rows.append((f"   verdict", verdict(phase.total, phase.budget)))
+        rows.append(("   verdict", verdict(phase.total, phase.budget)))
     return _section("Colocated timeline per GPU", rows)
 
 
