@@ -215,10 +215,14 @@ class RolloutSide:
             self.released = left
 
     def memory_metrics(self, phase: str) -> dict:
-        """What the engines hold now, summed over engines (`perf/engines_<tag>_gib_<phase>`), from
-        the local engine's `memory_occupation` (engines that do not report it are left out)."""
-        held = ray.get(self.manager.memory_occupation.remote())
-        return {f"perf/engines_{tag}_gib_{phase}": nbytes / 2**30 for tag, nbytes in held.items()}
+        """What the engines hold now, from the local engine's `memory_occupation` (engines that
+        do not report it are left out): `perf/engines_<tag>_gib_<phase>` summed over engines and
+        `perf/engines_<tag>_released_<phase>` (how many engines released the tag)."""
+        occupation = ray.get(self.manager.memory_occupation.remote())
+        metrics = {f"perf/engines_{tag}_gib_{phase}": n / 2**30 for tag, n in occupation["held"].items()}
+        metrics |= {f"perf/engines_{tag}_released_{phase}": float(occupation["released"].get(tag, 0))
+                    for tag in occupation["held"]}
+        return metrics
 
     def engine_urls(self) -> list[str]:
         """URLs to sync weights to (dead engines restarted first under --use-fault-tolerance)."""

@@ -268,16 +268,20 @@ class RolloutManager:
         ray.get([e.resume_memory.remote(tags) for e in self.engines])
         self._offloaded = not all_back
 
-    def memory_occupation(self) -> dict[str, int]:
-        """Bytes held per memory tag, summed over the engines that report `memory_occupation` in
-        /get_server_info (the local engine does; {} when none does)."""
-        total: dict[str, int] = {}
+    def memory_occupation(self) -> dict[str, dict[str, int]]:
+        """`{"held": {tag: bytes summed over engines}, "released": {tag: engines that released it}}`
+        from the `memory_occupation` of /get_server_info (the local engine reports it; engines
+        that do not are left out, so both are {} with SGLang engines)."""
+        held: dict[str, int] = {}
+        released: dict[str, int] = {}
         for url in self.engine_urls():
-            held = SyncEngineClient(url).get_server_info().get("memory_occupation") or {}
-            for key, value in held.items():
+            occupation = SyncEngineClient(url).get_server_info().get("memory_occupation") or {}
+            for key, value in occupation.items():
                 if key.endswith("_bytes"):
-                    total[key.removesuffix("_bytes")] = total.get(key.removesuffix("_bytes"), 0) + int(value)
-        return total
+                    held[key.removesuffix("_bytes")] = held.get(key.removesuffix("_bytes"), 0) + int(value)
+            for tag in occupation.get("released_tags", []):
+                released[tag] = released.get(tag, 0) + 1
+        return {"held": held, "released": released}
 
     def save(self, rollout_id: int) -> None:
         """Save the data source's position after rollout `rollout_id` (under `--save`)."""

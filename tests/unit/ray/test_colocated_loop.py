@@ -24,7 +24,7 @@ class Manager:
     """A RolloutManager handle: `manager.<method>.remote(...)` records and answers."""
 
     ANSWERS = {"num_rollout": 2, "generate": ({}, {}), "healthy_engine_urls": ["http://e:1"],
-               "memory_occupation": {"weights": 0, "kv_cache": 0}}
+               "memory_occupation": {"held": {"weights": 0}, "released": {"weights": 1}}}
 
     def __init__(self, calls):
         self.calls = calls
