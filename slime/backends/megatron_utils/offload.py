@@ -71,8 +71,10 @@ def _grad_tensors(model) -> Iterable[torch.Tensor]:
 
 
 def _inner_optimizers(optimizer) -> list:
+    """The torch optimizers inside megatron's (chained) optimizer, or `optimizer` itself."""
     chained = getattr(optimizer, "chained_optimizers", None)
-    return [inner for opt in (chained or [optimizer]) if (inner := getattr(opt, "optimizer", None)) is not None]
+    inner = [getattr(opt, "optimizer", None) for opt in (chained or [optimizer])]
+    return [opt for opt in inner if opt is not None] or ([optimizer] if hasattr(optimizer, "param_groups") else [])
 
 
 def _optimizer_tensors(optimizer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
