@@ -30,7 +30,8 @@ class BatchKV:
 
     def nbytes(self) -> int:
         """Bytes held by the keys, values and mask."""
-        tensors = self.keys + self.values + ([self.mask] if self.mask is not None else [])
+        keys, values, mask = self.keys, self.values, self.mask  # one consistent-enough snapshot
+        tensors = keys + values + ([mask] if mask is not None else [])
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def clear(self) -> None:
