@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "after each weight sync and take it back before training (see docs/architecture.md).")
     group.add_argument("--offload-rollout", action="store_true", default=False,
                        help="Release the engines' weights, KV cache and CUDA graphs while the trainer trains "
-                       "(SGLang engines start with --enable-memory-saver).")
+                       "(SGLang engines start with their memory saver on).")
     group.add_argument("--gpu-memory-gib", type=float, default=80.0,
                        help="Memory of one GPU in GiB, used by the --dry-run memory plan.")
     group.add_argument("--host-memory-gib", type=float, default=None,
