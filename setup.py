@@ -12,8 +12,12 @@ EXTRAS = {
     "sglang": ["sglang-router>=0.3.2", "sglang"],
     "logging": ["wandb", "tensorboard"],
     "dev": ["pytest>=8", "pytest-timeout"],
+    # Pure-Python packages that sglang imports at load, for the conformance tests that run our
+    # payloads through sglang's own code on CPU (sglang itself: tests/conformance/releases.py).
+    "conformance": ["orjson", "pybase64", "msgspec", "pyzmq", "ipython", "pillow", "dill", "apache-tvm-ffi",
+                    "sentencepiece", "compressed-tensors", "gguf", "openai", "partial-json-parser", "einops"],
 }
-EXTRAS["all-cpu"] = sorted({d for k in ("cpu", "megatron", "router", "logging", "dev") for d in EXTRAS[k]})
+EXTRAS["all-cpu"] = sorted({d for k in ("cpu", "megatron", "router", "logging", "dev", "conformance") for d in EXTRAS[k]})
 
 setup(
     name="slime",

@@ -2,7 +2,8 @@
 generate, train, save, sync weights, eval.
 
 `python train.py <flags> --dry-run` parses and validates every flag, prints the resolved plan
-(placement, parallel layout, batch arithmetic, memory) and exits without starting Ray.
+(placement, parallel layout, batch arithmetic, memory), one `sglang command: ` line per engine
+process (the exact launch line, hosts and ports as placeholders) and exits without starting Ray.
 """
 
 import logging
@@ -47,7 +48,10 @@ def main(argv=None, entry="train", loop=None) -> int:
     JobScope has stopped the processes the job started."""
     args = parse_args(argv, entry=entry)
     if args.dry_run:
+        from slime.backends.sglang_utils.server_args import dry_run_commands
+
         print(render_plan(build_plan(args)))
+        print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
         return 0
     from slime.ray.actor_group import TrainerRankError
 

@@ -109,6 +109,9 @@ SGLANG_ARGS=(
    --rollout-num-gpus-per-engine 8
    --sglang-mem-fraction-static 0.7
    --sglang-ep-size 8
+   # decode CUDA-graph batch sizes, as slime's recipe sets them (SGLang 0.5.23 names the option
+   # --cuda-graph-bs-decode; slime maps the old flag)
+   --sglang-cuda-graph-bs 1 2 4 8 $(seq 16 8 256)
 )
 if [ "${DP_ATTN:-0}" = "1" ]; then
    SGLANG_ARGS+=(

@@ -11,7 +11,8 @@
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
 # (Megatron checkpoint, halfway and at the end).
 # Env: NUM_ROLLOUT (default 80) and LR (default 2e-3) override the schedule; DRY_RUN=1 only prints
-# train.py's plan. Extra arguments are appended to train.py's flags. Re-running reuses the model,
+# train.py's plan; FP8=1 serves a block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as
+# --hf-checkpoint, as the FP8=1 GPU recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to train.py's flags. Re-running reuses the model,
 # data and torch_dist checkpoint already built (and starts training afresh unless --load is given).
 set -euo pipefail
 
@@ -36,6 +37,14 @@ if [ ! -f "${RUN_DIR}/data/eval.jsonl" ]; then
    python tools/make_toy_data.py --output-dir "${RUN_DIR}/data" --seed 0 --num-train 4096
 fi
 
+HF_CHECKPOINT="${RUN_DIR}/hf"
+if [ "${FP8:-0}" = "1" ]; then
+   HF_CHECKPOINT="${RUN_DIR}/hf_fp8"
+   if [ ! -f "${HF_CHECKPOINT}/model.safetensors" ]; then
+      python tools/make_tiny_model.py --output-dir "${HF_CHECKPOINT}" --variant moe --seed 0 --fp8
+   fi
+fi
+
 source scripts/models/qwen3-tiny-moe.sh
 
 # The trainer's reference weights: the HF checkpoint converted to Megatron torch_dist, once.
@@ -45,7 +54,7 @@ if [ "${DRY_RUN}" != "1" ] && [ ! -f "${RUN_DIR}/torch_dist/latest_checkpointed_
 fi
 
 CKPT_ARGS=(
-   --hf-checkpoint "${RUN_DIR}/hf"
+   --hf-checkpoint "${HF_CHECKPOINT}"
    --ref-load "${RUN_DIR}/torch_dist"
    --save "${RUN_DIR}/ckpt"
    --save-hf "${RUN_DIR}/hf_final"
@@ -132,7 +141,7 @@ ARGS=(
    "${MISC_ARGS[@]}"
 )
 
-echo "[run-tiny-moe-cpu] model: ${RUN_DIR}/hf  data: ${RUN_DIR}/data"
+echo "[run-tiny-moe-cpu] model: ${HF_CHECKPOINT}  data: ${RUN_DIR}/data"
 if [ "${DRY_RUN}" = "1" ]; then
    # ---- train.py call, dry run: flags validated and the plan printed; no Ray, no training. ----
    python train.py "${ARGS[@]}" --dry-run "$@"

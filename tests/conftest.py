@@ -47,3 +47,23 @@ def toy_data(tmp_path_factory) -> Path:
     """Path of a folder with the toy task's train.jsonl (256 rows) and eval.jsonl (held-out prompts)."""
     out = tmp_path_factory.mktemp("toy_data")
     return load_tool("make_toy_data").make_toy_data(out, seed=0, num_train=256)
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_fp8_hf(tmp_path_factory) -> Path:
+    """Path of the tiny MoE checkpoint (seed 0) stored block-FP8 ([32, 32] blocks), made once a session."""
+    out = tmp_path_factory.mktemp("tiny_moe_fp8_hf")
+    tool = load_tool("make_tiny_model")
+    return tool.make_tiny_model(out, variant="moe", seed=0, fp8_block_size=tool.FP8_BLOCK_SIZE)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip where CUDA is absent (they run on a machine with a GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

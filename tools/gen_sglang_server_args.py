@@ -1,86 +1,53 @@
-"""Write slime/utils/arguments/sglang_server_args.json: the fields of SGLang's ServerArgs dataclass
-(name, annotation, passthrough kind, choices, default) read from a pinned SGLang's source.
+"""Write slime/utils/arguments/sglang_server_args.json: the options of an SGLang release's
+launch_server (name, flag, kind, choices, default, help), read from that release's own parser.
 
-SGLang itself is not imported (its dependencies need a GPU): the script parses
-``sglang/srt/server_args.py`` with ``ast``, from a wheel or from an unpacked file.
+SGLang 0.5.23 no longer declares ServerArgs as one dataclass: its fields live in namespace classes
+under ``sglang/srt/arg_groups/fields/`` (msgspec Structs, ``A[T, Arg(...)]`` annotations with cli
+names, aliases and fields without an option) and ``ServerArgs.add_cli_args`` registers them plus
+a few manual and deprecated options. Rather than re-deriving that from the source, this tool
+imports the release (pure Python; installed without its GPU dependencies, as the conformance
+tier does) and reads the parser ``prepare_server_args`` builds.
 
-    pip download --no-deps sglang==0.5.10 -d /tmp/sgl
-    python tools/gen_sglang_server_args.py --wheel /tmp/sgl/sglang-0.5.10-*.whl --version 0.5.10
+    python tests/conformance/releases.py     # installs the releases under ~/.cache/slime/sglang/
+    PYTHONPATH=$(python -c "from tests.conformance import releases; import os; \\
+        print(os.pathsep.join(releases.pythonpath('0.5.23')))") \\
+      python tools/gen_sglang_server_args.py --version 0.5.23
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import importlib
 import json
-import zipfile
+import logging
 from pathlib import Path
 
-from slime.utils.arguments.sglang import FALLBACK_FILE, field_entry
+from slime.utils.arguments.sglang_fields import FALLBACK_FILE, entries_from_parser, sglang_parser
 
-_SOURCE_IN_WHEEL = "sglang/srt/server_args.py"
-_FACTORIES = {"list": [], "dict": {}, "set": [], "tuple": []}
-
-
-def _default_of(value: ast.AST | None):
-    """Return (default, default_source) for a class-body assignment value."""
-    if value is None:
-        return None, None
-    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("dataclasses.field", "field"):
-        keywords = {k.arg: k.value for k in value.keywords}
-        if "default" in keywords:
-            return _default_of(keywords["default"])
-        factory = keywords.get("default_factory")
-        if isinstance(factory, ast.Name) and factory.id in _FACTORIES:
-            return _FACTORIES[factory.id], None
-        if isinstance(factory, ast.Lambda):
-            return _default_of(factory.body)
-        return None, ast.unparse(factory) if factory is not None else None
-    try:
-        return ast.literal_eval(value), None
-    except ValueError:
-        return None, ast.unparse(value)
+logger = logging.getLogger(__name__)
 
 
-def parse_server_args(source: str) -> list[dict]:
-    """Return the passthrough records of every public field of ``class ServerArgs`` in ``source``."""
-    tree = ast.parse(source)
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"]
-    if not classes:
-        raise SystemExit("no `class ServerArgs` in the given server_args.py")
-    entries = []
-    for node in classes[0].body:
-        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
-            continue
-        name = node.target.id
-        if name.startswith("_"):
-            continue
-        default, source_text = _default_of(node.value)
-        entries.append(field_entry(name, ast.unparse(node.annotation), default, source_text))
-    return entries
-
-
-def _read_source(cli: argparse.Namespace) -> str:
-    if cli.wheel:
-        with zipfile.ZipFile(cli.wheel) as wheel:
-            return wheel.read(_SOURCE_IN_WHEEL).decode("utf-8")
-    return Path(cli.source).read_text(encoding="utf-8")
+def read_fields(expected_version: str) -> list[dict]:
+    """Options of the importable sglang, which must be `expected_version`."""
+    sglang = importlib.import_module("sglang")
+    if sglang.__version__ != expected_version:
+        raise SystemExit(f"imported sglang {sglang.__version__} from {sglang.__file__}, expected {expected_version}")
+    return entries_from_parser(sglang_parser(importlib.import_module("sglang.srt.server_args")))
 
 
 def main() -> None:
-    """Parse the command line, read the source and write the JSON table."""
+    """Parse the command line, read the release's options and write the JSON table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--wheel", help="Path of an sglang wheel.")
-    where.add_argument("--source", help="Path of an unpacked sglang/srt/server_args.py.")
-    parser.add_argument("--version", required=True, help="SGLang version the source belongs to.")
+    parser.add_argument("--version", required=True, help="SGLang version expected on the import path.")
     parser.add_argument("--out", default=str(FALLBACK_FILE), help="Output JSON path.")
     cli = parser.parse_args()
-    fields = parse_server_args(_read_source(cli))
-    data = {"sglang_version": cli.version, "source": _SOURCE_IN_WHEEL, "fields": fields}
+    fields = read_fields(cli.version)
+    data = {"sglang_version": cli.version, "source": "sglang.srt.server_args.ServerArgs.add_cli_args",
+            "fields": fields}
     Path(cli.out).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {len(fields)} ServerArgs fields of sglang {cli.version} to {cli.out}")
+    logger.info("wrote %d options of sglang %s to %s", len(fields), cli.version, cli.out)
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     main()

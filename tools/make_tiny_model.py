@@ -8,7 +8,14 @@ The checkpoint folder holds config.json, model.safetensors (Hugging Face paramet
 tensor per expert as in the released Qwen3-MoE checkpoints), tokenizer.json,
 tokenizer_config.json, special_tokens_map.json and generation_config.json.
 
-Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense] [--seed 0]
+With `fp8_block_size` (CLI `--fp8`), the checkpoint is block-FP8 like Qwen3-*-FP8: the same
+weights, every attention / MLP / expert projection stored as float8_e4m3fn plus a float32
+`weight_scale_inv` (slime.utils.fp8), norms, router, embeddings and lm_head kept in float32, and
+config.json gains `quantization_config` {"quant_method": "fp8", "fmt": "e4m3",
+"activation_scheme": "dynamic", "weight_block_size": [32, 32]}. [32, 32] rather than the released
+[128, 128] because the tiny projections are 32-64 wide: every one of them gets whole blocks.
+
+Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense] [--seed 0] [--fp8]
 """
 
 import argparse
@@ -222,19 +229,30 @@ def tokenizer_files(config: dict) -> dict[str, dict]:
     }
 
 
-def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0) -> Path:
+FP8_BLOCK_SIZE = (32, 32)
+
+
+def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0, fp8_block_size=None) -> Path:
     """Write a tiny Qwen3 checkpoint folder to `output_dir` and return its Path.
 
-    `variant` is "moe" (Qwen3MoeForCausalLM) or "dense" (Qwen3ForCausalLM). The files are a pure
-    function of (variant, seed): two calls give byte-identical folders.
+    `variant` is "moe" (Qwen3MoeForCausalLM) or "dense" (Qwen3ForCausalLM); `fp8_block_size`
+    (bn, bk) makes it block-FP8 (module docstring). The files are a pure function of the
+    arguments: two calls give byte-identical folders.
     """
     from safetensors.torch import save_file
 
     out = Path(output_dir)
     config = model_config(variant)
+    tensors = init_weights(config, seed)
+    if fp8_block_size is not None:
+        from slime.utils.fp8 import fp8_config_from_hf, quantize_named
+
+        config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                         "weight_block_size": [int(b) for b in fp8_block_size]}
+        tensors = dict(quantize_named(tensors.items(), fp8_config_from_hf(config)))
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "config.json", config)
-    save_file(init_weights(config, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     build_tokenizer().save(str(out / "tokenizer.json"))
     for name, content in tokenizer_files(config).items():
         _write_json(out / name, content)
@@ -255,10 +273,15 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variant", choices=sorted(_VARIANT_CONFIG), default="moe",
                         help="moe: Qwen3MoeForCausalLM; dense: Qwen3ForCausalLM")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weight initialisation")
+    parser.add_argument("--fp8", action="store_true",
+                        help="write a block-FP8 checkpoint (float8_e4m3fn + weight_scale_inv, like Qwen3-*-FP8)")
+    parser.add_argument("--fp8-block-size", type=int, nargs=2, default=list(FP8_BLOCK_SIZE), metavar=("BN", "BK"),
+                        help="weight_block_size of --fp8 (default 32 32)")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cli = _parse_args()
-    make_tiny_model(cli.output_dir, variant=cli.variant, seed=cli.seed)
+    make_tiny_model(cli.output_dir, variant=cli.variant, seed=cli.seed,
+                    fp8_block_size=cli.fp8_block_size if cli.fp8 else None)

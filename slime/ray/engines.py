@@ -6,6 +6,15 @@ picks a free port, starts the server (our local engine, or real SGLang through
 `slime.backends.sglang_utils.engine.launch`), reports its URL and health, stops it, restarts it
 (fault tolerance) and asks it to release / resume memory (`--offload-rollout`).
 
+An SGLang engine uses all the GPUs of its bundles, as slime's engines do: its actor reserves a
+share of its first bundle's GPU only, with Ray's NOSET visible-devices variables set
+(`NOSET_VISIBLE_DEVICES_ENV`) so that it sees every GPU of its node, and SGLang gets
+`--base-gpu-id` = the index of the engine's first GPU among them (`base_gpu_id`, from the
+placement's bundle -> GPU mapping). An engine spanning several nodes (`engine_nodes`) starts one
+SGLang process per node: its actor (node rank 0) creates a follower `RolloutEngine` on the first
+bundle of each other node, picks `--dist-init-addr` (its host and a free port) and starts them
+with `--nnodes` / `--node-rank`; only node rank 0 serves HTTP.
+
 `ENGINE_KINDS` maps "local" / "sglang" to how a server of that kind is launched; `resolve_engine_kind`
 turns `args.rollout_engine` ("auto" by default) into one of them: sglang when CUDA is available
 and `sglang` is importable, else local.
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,29 +39,78 @@ from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
-# How long an engine may take to become healthy, and a health probe to answer.
-ENGINE_START_TIMEOUT_S = 600.0
+# How long a health probe may take to answer (the start timeout is --engine-start-timeout).
 HEALTH_PROBE_TIMEOUT_S = 5.0
+# Ray leaves these devices' visibility alone in an actor that sets them (slime's list).
+NOSET_VISIBLE_DEVICES_ENV = ("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+                             "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+                             "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class EngineNode:
+    """The part of one engine on one node: node rank among the engine's `nnodes`, the sorted
+    bundle position of its first GPU there, and the Ray GPU ids of its bundles on that node."""
+
+    node_rank: int
+    nnodes: int
+    position: int
+    device_ids: tuple[int, ...]
+
+
+def engine_nodes(placement: JobPlacement, position: int, num_gpus: int) -> list[EngineNode]:
+    """Split the `num_gpus` bundles from sorted `position` on by node (bundles are sorted by node,
+    then device). Raises ValueError when the nodes hold different numbers of the engine's GPUs
+    (SGLang puts tp * pp / nnodes on each)."""
+    groups: dict[tuple, list[int]] = {}
+    for p in range(position, position + num_gpus):
+        groups.setdefault(tuple(placement.locations[p][:2]), []).append(p)
+    sizes = {len(ps) for ps in groups.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"the engine on bundles {position}..{position + num_gpus - 1} spans nodes unevenly "
+                         f"({[len(ps) for ps in groups.values()]} GPUs): make --rollout-num-gpus-per-engine a "
+                         "multiple of --num-gpus-per-node, or at most it")
+    return [EngineNode(rank, len(groups), ps[0], tuple(placement.locations[p][2] for p in ps))
+            for rank, ps in enumerate(groups.values())]
+
+
+def base_gpu_id(device_ids: tuple[int, ...], cuda_visible_devices: str | None) -> int:
+    """SGLang's --base-gpu-id for GPUs `device_ids` (Ray GPU ids) of a process that sees every GPU
+    of its node: the first id itself, or its index in `cuda_visible_devices` when the node lists
+    its devices. SGLang uses base, base+1, ...: the ids must be consecutive there (ValueError)."""
+    visible = [int(d) for d in cuda_visible_devices.split(",") if d.strip()] if cuda_visible_devices else None
+    if visible is not None:
+        missing = [d for d in device_ids if d not in visible]
+        if missing:
+            raise ValueError(f"GPUs {missing} of the engine are not in CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}")
+    index = [visible.index(d) for d in device_ids] if visible is not None else list(device_ids)
+    if index != list(range(index[0], index[0] + len(index))):
+        raise ValueError(f"the engine's GPUs {list(device_ids)} are not consecutive on their node "
+                         f"(CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}); SGLang takes base_gpu_id, base+1, ...")
+    return index[0]
 
 
 def _launch_local(args, *, engine_rank: int, host: str, port: int, num_threads: int,
-                  log_path: str | None) -> subprocess.Popen:
+                  log_path: str | None, **_sglang_only) -> subprocess.Popen:
     """Our SGLang-compatible server on `args.hf_checkpoint` (CPU, or CUDA when the bundle has a GPU)."""
     on_gpu = bool(ray.get_gpu_ids())
     extra = ["--num-threads", num_threads, "--random-seed", int(getattr(args, "seed", 0) or 0) + engine_rank]
     return launch_local_engine(
         args.hf_checkpoint, port, host=host, dtype="bfloat16" if on_gpu else "float32",
-        device="cuda" if on_gpu else "cpu", extra_args=extra, timeout=ENGINE_START_TIMEOUT_S,
+        device="cuda" if on_gpu else "cpu", extra_args=extra, timeout=args.engine_start_timeout,
         log_path=log_path,
     )
 
 
-def _launch_sglang(args, *, engine_rank: int, host: str, port: int, num_threads: int,
-                   log_path: str | None) -> subprocess.Popen:
-    """A real SGLang server through the sglang backend's launcher (GPU nodes)."""
+def _launch_sglang(args, *, engine_rank: int, host: str, port: int, num_threads: int, log_path: str | None,
+                   node: EngineNode | None = None, dist_init_addr: str | None = None) -> subprocess.Popen:
+    """A real SGLang server through the sglang backend's launcher (GPU nodes): this node's part
+    of the engine, on its GPUs counted among those this process sees (NOSET: all the node's)."""
     from slime.backends.sglang_utils.engine import launch
 
-    return launch(args, engine_rank=engine_rank, host=host, port=port)
+    base = base_gpu_id(node.device_ids, os.environ.get("CUDA_VISIBLE_DEVICES")) if node is not None else 0
+    return launch(args, engine_rank=engine_rank, host=host, port=port, base_gpu_id=base, log_path=log_path,
+                  node_rank=node.node_rank if node is not None else 0, dist_init_addr=dist_init_addr)
 
 
 def _sglang_available(use_gpu: bool) -> bool:
@@ -95,33 +154,56 @@ def resolve_engine_kind(requested: str | None, use_gpu: bool) -> str:
 
 
 class RolloutEngine:
-    """Ray actor owning one engine server process (create through `create_engines`)."""
+    """Ray actor owning one engine server process (create through `create_engines`).
 
-    def __init__(self, args, engine_rank: int, kind: str, num_threads: int = 1, log_dir: str | None = None):
+    `nodes` (SGLang engines) lists the engine's part on each node; this actor runs `nodes[0]`'s
+    and, for node rank 0 of a multi-node engine, creates a follower actor for each other node on
+    `placement` (followers share the actor's fate: Ray ends them with it).
+    """
+
+    def __init__(self, args, engine_rank: int, kind: str, num_threads: int = 1, log_dir: str | None = None,
+                 nodes: list[EngineNode] | None = None, placement: JobPlacement | None = None):
         """Remember how to launch; nothing starts until `start()`."""
         self.args, self.engine_rank, self.kind = args, engine_rank, ENGINE_KINDS[kind]
         self.num_threads = num_threads
         self.log_dir = log_dir
+        self.node = nodes[0] if nodes else None
         self.host = ray.util.get_node_ip_address()
         self.process: subprocess.Popen | None = None
         self._url: str | None = None
+        self.followers = []
+        if nodes and nodes[0].node_rank == 0:
+            self.followers = [_engine_actor(placement, node.position, kind).remote(
+                args, engine_rank, kind, num_threads, log_dir, [node]) for node in nodes[1:]]
 
-    def start(self, avoid_port: int | None = None) -> str:
+    def _log_path(self) -> str | None:
+        if not self.log_dir:
+            return None
+        Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        suffix = f"_node{self.node.node_rank}" if self.node is not None and self.node.node_rank else ""
+        return str(Path(self.log_dir) / f"engine_{self.engine_rank}{suffix}.log")
+
+    def start(self, avoid_port: int | None = None, dist_init_addr: str | None = None) -> str:
         """Start the server on a free port of this node (never `avoid_port`: a restarted engine
         gets a new URL, so the weight sender sees it changed and rebuilds its group); returns
-        its base URL once healthy."""
+        its base URL once healthy. Node rank 0 of a multi-node engine first picks
+        `dist_init_addr` (its host, a free port) and starts its followers with it."""
         port = free_port(self.host)
         while port == avoid_port:
             port = free_port(self.host)
-        log_path = None
-        if self.log_dir:
-            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
-            log_path = str(Path(self.log_dir) / f"engine_{self.engine_rank}.log")
+        if self.followers:
+            dist_init_addr = f"{self.host}:{free_port(self.host)}"
+            ray.get([f.start.remote(dist_init_addr=dist_init_addr) for f in self.followers])
+        extra = {"node": self.node, "dist_init_addr": dist_init_addr} if self.node is not None else {}
         self.process = self.kind.launch(self.args, engine_rank=self.engine_rank, host=self.host, port=port,
-                                        num_threads=self.num_threads, log_path=log_path)
+                                        num_threads=self.num_threads, log_path=self._log_path(), **extra)
         self._url = f"http://{self.host}:{port}"
         logger.info("engine %d up at %s (pid %d)", self.engine_rank, self._url, self.process.pid)
         return self._url
+
+    def process_alive(self) -> bool:
+        """True while this actor's server process runs."""
+        return self.process is not None and self.process.poll() is None
 
     def url(self) -> str | None:
         """Base URL of the running server (None before `start`)."""
@@ -133,7 +215,7 @@ class RolloutEngine:
 
     def is_healthy(self) -> bool:
         """True if the server process lives and GET /health answers 200."""
-        if self.process is None or self.process.poll() is not None:
+        if not self.process_alive() or not all(ray.get([f.process_alive.remote() for f in self.followers])):
             return False
         import requests
 
@@ -144,7 +226,8 @@ class RolloutEngine:
             return False
 
     def stop(self) -> None:
-        """Stop the server process group (no-op when it is not running)."""
+        """Stop the server process group and the followers' (no-op when it is not running)."""
+        ray.get([f.stop.remote() for f in self.followers])
         if self.process is not None:
             code = self.kind.stop(self.process)
             logger.info("engine %d at %s stopped (exit code %s)", self.engine_rank, self._url, code)
@@ -182,16 +265,29 @@ def engine_positions(args, placement: JobPlacement, rollout_bundles=None) -> lis
     return list(bundles[::per_engine])
 
 
-def create_engine_actor(args, placement: JobPlacement, position: int, engine_rank: int, kind: str):
-    """One `RolloutEngine` actor on sorted bundle `position` (not started)."""
-    # The bundle's device is the engine's; the actor itself asks for no CPU so that, colocated, it
-    # fits beside a trainer rank holding the whole CPU of a CPU-only bundle.
+def engine_actor_options(placement: JobPlacement, position: int, kind: str) -> dict:
+    """Ray options of an engine actor on sorted bundle `position`: no CPU (colocated, it fits
+    beside a trainer rank holding a CPU-only bundle's whole CPU), a share of the bundle's GPU, and
+    for SGLang the NOSET variables, so the actor sees its node's every GPU, not only that one."""
     options = {"num_cpus": 0, "scheduling_strategy": placement.strategy(position)}
     if placement.use_gpu:
         options["num_gpus"] = 0.2
-    actor_cls = ray.remote(RolloutEngine)
-    log_dir = args.rollout_log_dir
-    return actor_cls.options(**options).remote(args, engine_rank, kind, args.rollout_num_gpus_per_engine, log_dir)
+        if kind == "sglang":
+            options["runtime_env"] = {"env_vars": {name: "1" for name in NOSET_VISIBLE_DEVICES_ENV}}
+    return options
+
+
+def _engine_actor(placement: JobPlacement, position: int, kind: str):
+    return ray.remote(RolloutEngine).options(**engine_actor_options(placement, position, kind))
+
+
+def create_engine_actor(args, placement: JobPlacement, position: int, engine_rank: int, kind: str):
+    """One `RolloutEngine` actor on sorted bundle `position` (not started); an SGLang engine's
+    actor gets its nodes (`engine_nodes`) and creates its followers on the other nodes."""
+    per_engine = args.rollout_num_gpus_per_engine
+    nodes = engine_nodes(placement, position, per_engine) if kind == "sglang" else None
+    return _engine_actor(placement, position, kind).remote(args, engine_rank, kind, per_engine,
+                                                          args.rollout_log_dir, nodes, placement)
 
 
 def create_engines(args, placement: JobPlacement, rollout_bundles=None) -> tuple[str, list, list[int]]:

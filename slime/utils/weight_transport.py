@@ -1,6 +1,7 @@
 """Trainer -> engine weight transport primitives shared by the sender (trainer) and the local engine.
 
-Owns the two wire formats the local engine's weight-update endpoints speak:
+Owns the wire format of the local engine's distributed weight-update endpoints (the colocated
+tensor payload is `slime.utils.tensor_payload`):
 
 1. Distributed updates (`/init_weights_update_group`, `/update_weights_from_distributed`): a
    process group outside `torch.distributed`'s default world. Rendezvous: a `TCPStore` served by
@@ -9,33 +10,24 @@ Owns the two wire formats the local engine's weight-update endpoints speak:
    `_new_process_group_helper` gives a group named `group_name`. The engine joins as rank
    `rank_offset`; tensors are broadcast from rank 0 one by one, in the order of the request's
    `names`.
-2. Same-host tensor updates (`/update_weights_from_tensor`): the sender writes the named tensors
-   as one safetensors file under /dev/shm (RAM-backed) and sends, in `serialized_named_tensors`,
-   a list with one base64 string per engine TP rank; each decodes to JSON
-   `{"format": "safetensors_file", "path": "/dev/shm/....safetensors"}`. The engine reads the
-   file; the sender deletes it after the HTTP reply (it owns it). JSON, not pickle: nothing
-   executable crosses the wire.
 
 Imports torch only (utils layer).
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
-import json
-import os
-import tempfile
 
 import torch
 import torch.distributed as dist
+
+from slime.utils.fp8 import wire_view
 
 _BACKENDS = {
     "gloo": ("cpu", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout)),
     "nccl": ("cuda", lambda store, rank, size, timeout: dist.ProcessGroupNCCL(store, rank, size)),
 }
-SHM_FORMAT = "safetensors_file"
 
 
 @dataclasses.dataclass
@@ -53,7 +45,7 @@ class WeightUpdateGroup:
         """Broadcast `tensor` in place from `src` (blocking); every member calls it in the same order."""
         opts = dist.BroadcastOptions()
         opts.rootRank = src
-        self.pg.broadcast([tensor], opts).wait()
+        self.pg.broadcast([wire_view(tensor, self.device)], opts).wait()  # float8 as bytes on gloo
 
 
 def init_weight_update_group(master_address: str, master_port: int, rank: int, world_size: int,
@@ -70,34 +62,3 @@ def init_weight_update_group(master_address: str, master_port: int, rank: int, w
     prefixed = dist.PrefixStore(f"{device}/", dist.PrefixStore(f"{group_name}/", store))
     pg = make(prefixed, rank, world_size, timeout)
     return WeightUpdateGroup(group_name, rank, world_size, device, pg, store)
-
-
-def write_shm_named_tensors(named_tensors: dict[str, torch.Tensor], directory: str = "/dev/shm") -> tuple[str, str]:
-    """Write tensors (HF names -> CPU/GPU tensors) to a safetensors file; returns (handle_b64, path).
-
-    Put `handle_b64` in `serialized_named_tensors` (one entry per engine TP rank); delete `path`
-    after the engine replied.
-    """
-    from safetensors.torch import save_file
-
-    directory = directory if os.path.isdir(directory) else tempfile.gettempdir()
-    fd, path = tempfile.mkstemp(prefix="slime_weights_", suffix=".safetensors", dir=directory)
-    os.close(fd)
-    save_file({k: v.detach().contiguous().cpu() for k, v in named_tensors.items()}, path)
-    handle = json.dumps({"format": SHM_FORMAT, "path": path}).encode()
-    return base64.b64encode(handle).decode(), path
-
-
-def read_shm_named_tensors(handle_b64: str) -> dict[str, torch.Tensor]:
-    """Decode a handle from `write_shm_named_tensors` and load its tensors (CPU)."""
-    from safetensors.torch import load_file
-
-    try:
-        handle = json.loads(base64.b64decode(handle_b64, validate=True))
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"serialized_named_tensors entry is not base64 JSON: {exc}") from exc
-    if not isinstance(handle, dict) or handle.get("format") != SHM_FORMAT:
-        raise ValueError(f"serialized_named_tensors entry must have format {SHM_FORMAT!r}, got {handle!r}")
-    if not os.path.isfile(handle.get("path", "")):
-        raise ValueError(f"serialized_named_tensors file {handle.get('path')!r} does not exist")
-    return load_file(handle["path"])

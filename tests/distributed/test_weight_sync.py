@@ -1,6 +1,7 @@
 """Trainer -> engine weight sync against real local-engine subprocesses.
 
-Each sender (distributed broadcast to two engines, /dev/shm tensors, HF folder on disk) makes the
+Each sender (distributed broadcast to two engines, SGLang's tensor payload gathered per engine
+over 1 or 2 trainer ranks, HF folder on disk) makes the
 engines generate what transformers generates with the new weights (greedy ids equal, log-probs
 within 1e-5) and report the new version; the same weights through different paths give
 bit-identical engine log-probs. A 2-rank EP=2 Megatron trainer syncs its trained weights with
@@ -121,6 +122,7 @@ def test_distributed_rejected_bucket_raises_instead_of_hanging(engines):
 def test_tensor_and_disk_paths_match_each_other_bit_for_bit(engines, tiny_moe_hf, tmp_path):
     named = perturbed(tiny_moe_hf, tmp_path / "new", seed=2)
     tensor = UpdateWeightFromTensor([engines[0]], lambda: bucket_by_bytes(sorted(named.items()), BUCKET))
+    tensor.connect()
     tensor.update_weights("tensor-2")
     disk_dir = tmp_path / "sync_dir"
     disk = UpdateWeightFromDisk([engines[1]], lambda: bucket_by_bytes(sorted(named.items()), BUCKET),
@@ -132,14 +134,44 @@ def test_tensor_and_disk_paths_match_each_other_bit_for_bit(engines, tiny_moe_hf
     assert [o[:2] for o in via_tensor] == [o[:2] for o in via_disk]
 
 
-def test_tensor_sender_removes_its_shared_memory_files(engines, tiny_moe_hf, tmp_path):
-    named = perturbed(tiny_moe_hf, tmp_path / "new", seed=3)
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    UpdateWeightFromTensor([engines[0]], lambda: bucket_by_bytes(sorted(named.items()), BUCKET),
-                           shm_dir=str(shm)).update_weights("tensor-3")
-    assert SyncEngineClient(engines[0]).get_weight_version() == "tensor-3"
-    assert list(shm.iterdir()) == []
+def _colocated_worker(rank: int, world: int, port: int, urls: list, named: dict, out: str):
+    """Two gloo trainer ranks sync through `UpdateWeightFromTensor`: (a) one engine per rank,
+    (b) one engine on both ranks' devices (its gather group has both; rank 1's payload carries a
+    bogus name, so the engine must read entry 0, rank 0's), (c) a bucket the engine rejects:
+    both ranks raise instead of hanging."""
+    import torch.distributed as dist
+
+    from slime.backends.megatron_utils.update_weight import TrainerRole
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    role = TrainerRole(is_leader=rank == 0, is_sender=rank == 0, barrier=dist.barrier)
+    good = sorted(named.items())
+    mine = good if rank == 0 else [("model.rank1.not_a_weight", good[0][1]), *good[1:]]  # same bucket sizes
+    results = {}
+    for case, engine_urls, per_engine, items in [("a", urls, 1, good), ("b", urls[:1], 2, mine),
+                                                 ("c", urls[:1], 2, [("model.no_such_weight", torch.zeros(2))])]:
+        sender = UpdateWeightFromTensor(engine_urls, lambda items=items: bucket_by_bytes(items, BUCKET), role,
+                                        gpus_per_engine=per_engine)
+        sender.connect()
+        try:
+            sender.update_weights(f"colo-{case}")
+            results[case] = "ok"
+        except Exception as exc:  # recorded: case c must fail on both ranks
+            results[case] = str(exc)
+        sender.disconnect()
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def test_colocated_sender_gathers_per_engine(engines, tiny_moe_hf, tmp_path):
+    named = perturbed(tiny_moe_hf, tmp_path / "new", seed=4)
+    mp.spawn(_colocated_worker, args=(2, free_port(), engines, named, str(tmp_path)), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["a"] for r in results] == ["ok", "ok"] and [r["b"] for r in results] == ["ok", "ok"]
+    assert "no_such_weight" in results[0]["c"] and "no_such_weight" in results[1]["c"], results
+    SyncEngineClient(engines[0]).continue_generation()  # case c left engine 0 paused on purpose
+    assert_serves(engines[1], tmp_path / "new", "colo-a")  # rank 1 fed engine 1 alone
+    assert_serves(engines[0], tmp_path / "new", "colo-b")  # entry 0 (rank 0's) was read
 
 
 def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, out: str):

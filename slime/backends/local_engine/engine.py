@@ -17,7 +17,8 @@ import torch
 
 from slime.backends.local_engine.sampling import RequestError, parse_sampling_params
 from slime.backends.local_engine.scheduler import Request, Scheduler
-from slime.backends.local_engine.weights import WeightManager
+from slime.backends.local_engine.fp8 import load_causal_lm
+from slime.backends.local_engine.weights import WeightManager, resolve_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Engine:
     """Loaded model and its serving machinery; `start()` launches the scheduler thread."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if config.dtype not in _DTYPES:
             raise ValueError(f"--dtype {config.dtype!r} is not one of {sorted(_DTYPES)}")
@@ -59,7 +60,7 @@ class Engine:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.random_seed)
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=_DTYPES[config.dtype])
+        self.model, fp8 = load_causal_lm(config.model_path, _DTYPES[config.dtype], resolve_parameter)
         self.model.to(config.device).eval()
         model_max = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.context_length = config.context_length or model_max
@@ -67,7 +68,7 @@ class Engine:
         self.scheduler = Scheduler(self.model, self.tokenizer, context_length=self.context_length,
                                    max_running=config.max_running_requests, random_seed=config.random_seed,
                                    weight_version=lambda: self.weights.version)
-        self.weights = WeightManager(self.model, self.scheduler, config.weight_version)
+        self.weights = WeightManager(self.model, self.scheduler, config.weight_version, fp8=fp8)
 
     def start(self) -> None:
         """Start the scheduler loop."""

@@ -6,7 +6,12 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
 - disk: every `*.safetensors` file of an HF checkpoint folder;
 - distributed: a `WeightUpdateGroup` (see `slime.utils.weight_transport` for the rendezvous), one
   broadcast from rank 0 per tensor, in the order of `names`;
-- tensor: a /dev/shm safetensors handle (format in `slime.utils.weight_transport`).
+- tensor: SGLang's `/update_weights_from_tensor` payload (`slime.utils.tensor_payload`: a
+  flattened tensor bucket, or (name, tensor) pairs, pickled with torch's multiprocessing
+  reductions, so CPU tensors arrive through shared memory and CUDA tensors as CUDA IPC handles);
+  the engine decodes the entry of its own TP rank (0) with a restricted unpickler.
+An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv) pairs by every
+source and dequantises them (`local_engine.fp8`); a float tensor for an FP8 weight is refused.
 Memory release and resume by tag live in `slime.backends.local_engine.memory` (`self.memory`);
 updates are refused while the weights are released.
 """
@@ -22,7 +27,8 @@ import torch
 
 from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
-from slime.utils.weight_transport import init_weight_update_group, read_shm_named_tensors
+from slime.utils.tensor_payload import decode_named_tensors, use_file_system_sharing
+from slime.utils.weight_transport import init_weight_update_group
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +62,13 @@ def resolve_parameter(params: dict, name: str) -> torch.Tensor:
 class WeightManager:
     """Applies weight updates to `model` and tracks the weight version."""
 
-    def __init__(self, model, scheduler, weight_version: str = "default") -> None:
+    def __init__(self, model, scheduler, weight_version: str = "default", fp8=None) -> None:
         self.model, self.scheduler = model, scheduler
+        self.fp8 = fp8  # `local_engine.fp8.Fp8Weights` when the served checkpoint is block FP8
         self.version = str(weight_version)
         self._groups: dict = {}
         self.memory = EngineMemory(model, scheduler)
+        use_file_system_sharing()  # CPU senders share by file name (see slime.utils.tensor_payload)
 
     def _set_version(self, version) -> None:
         if version is not None:
@@ -75,6 +83,8 @@ class WeightManager:
         """
         if self.memory.weights_released:
             raise RequestError("weights are released; call /resume_memory_occupation before updating them")
+        if self.fp8 is not None:  # (weight fp8, weight_scale_inv) pairs -> dequantised weights
+            named = self.fp8.dequantize_named(named)
         params = dict(self.model.named_parameters(remove_duplicate=False))
         pairs = []
         for name, tensor in named:  # validate everything before touching the model
@@ -145,6 +155,8 @@ class WeightManager:
             raise RequestError("names, dtypes and shapes must have the same length")
         group = self._groups[group_name]
         device = "cuda" if group.device == "cuda" else "cpu"
+        if self.fp8 is not None:  # received whole, then dequantised pairwise
+            return self.load_named_tensors(self.fp8.receive(group, names, dtypes, shapes, device), weight_version)
         with self.scheduler.model_lock, torch.no_grad():
             plan, error = self._plan_receive(names, dtypes, shapes, device)
             for buffer, target in plan:
@@ -162,14 +174,15 @@ class WeightManager:
             raise RequestError(f"group_name {group_name!r} is not initialised")
 
     def update_from_tensor(self, serialized_named_tensors, load_format=None, weight_version=None) -> int:
-        """Load from /dev/shm handles; entry 0 is this engine's (one entry per TP rank, TP = 1 here)."""
+        """Load SGLang's tensor payload: one entry per engine TP rank, this engine (TP 1) reads
+        entry 0; `load_format` "flattened_bucket" or None (a list of (name, tensor) pairs)."""
         if not isinstance(serialized_named_tensors, list) or not serialized_named_tensors:
-            raise RequestError("serialized_named_tensors must be a non-empty list of base64 strings")
+            raise RequestError("serialized_named_tensors must be a non-empty list (one entry per TP rank)")
         try:
-            named = read_shm_named_tensors(serialized_named_tensors[0])
+            named = decode_named_tensors(serialized_named_tensors[0], load_format)
         except ValueError as exc:
-            raise RequestError(str(exc)) from exc
-        return self.load_named_tensors(named.items(), weight_version)
+            raise RequestError(f"serialized_named_tensors[0]: {exc}") from exc
+        return self.load_named_tensors(named, weight_version)
 
     # ---- memory (see memory.py) -------------------------------------------------------------
     def release(self, tags=None) -> None:

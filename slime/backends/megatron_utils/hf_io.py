@@ -42,11 +42,17 @@ def read_hf_config(hf_dir) -> dict:
 
 
 class HFCheckpoint:
-    """Lazy reader of an HF safetensors checkpoint folder (no tensor read until ``get``)."""
+    """Lazy reader of an HF safetensors checkpoint folder (no tensor read until ``get``).
+
+    A block-FP8 checkpoint (``quantization_config.quant_method == "fp8"``) reads back as float32:
+    ``get`` dequantises each float8 weight with its ``weight_scale_inv`` (``slime.utils.fp8``)."""
 
     def __init__(self, hf_dir):
+        from slime.utils.fp8 import fp8_config_from_hf
+
         self.dir = Path(hf_dir)
         self.config = read_hf_config(self.dir)
+        self.fp8 = fp8_config_from_hf(self.config)
         self._file_of = self._build_index()
         self._handles = {}
 
@@ -70,12 +76,17 @@ class HFCheckpoint:
         """Tensor ``name`` (CPU); raises KeyError naming the folder when absent."""
         from safetensors import safe_open
 
+        from slime.utils.fp8 import FP8_DTYPE, SCALE_SUFFIX, dequantize_block
+
         if name not in self._file_of:
             raise KeyError(f"tensor {name!r} not found in HF checkpoint {self.dir}")
         fname = self._file_of[name]
         if fname not in self._handles:
             self._handles[fname] = safe_open(str(self.dir / fname), framework="pt")
-        return self._handles[fname].get_tensor(name)
+        tensor = self._handles[fname].get_tensor(name)
+        if self.fp8 is not None and tensor.dtype == FP8_DTYPE:
+            return dequantize_block(tensor, self.get(name + SCALE_SUFFIX), self.fp8.block_size)
+        return tensor
 
 
 def _shards(named: Iterable, max_shard_bytes: int) -> list:
@@ -92,6 +103,18 @@ def _shards(named: Iterable, max_shard_bytes: int) -> list:
     return shards
 
 
+def _drop_fp8_quantization_config(config_path: Path) -> None:
+    """Unquantised weights under an FP8 origin's config.json (e.g. --save-hf with an FP8
+    --hf-checkpoint): remove its fp8 quantization_config, or loaders would read them as FP8."""
+    if not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text())
+    if (config.get("quantization_config") or {}).get("quant_method") == "fp8":
+        del config["quantization_config"]
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        logger.info("%s: float weights, so the origin's fp8 quantization_config is dropped", config_path)
+
+
 def save_hf_checkpoint(
     named_tensors: Iterable,
     output_dir,
@@ -100,8 +123,9 @@ def save_hf_checkpoint(
 ) -> Path:
     """Write ``(name, tensor)`` pairs as safetensors shards + index under ``output_dir``.
 
-    Files in ``AUX_FILES`` present in ``origin_hf_dir`` are copied unchanged. Returns the
-    output folder.
+    Files in ``AUX_FILES`` present in ``origin_hf_dir`` are copied unchanged, except that an fp8
+    ``quantization_config`` is dropped from config.json when no tensor written is float8.
+    Returns the output folder.
     """
     from safetensors.torch import save_file
 
@@ -123,5 +147,7 @@ def save_hf_checkpoint(
             src = Path(origin_hf_dir) / aux
             if src.is_file():
                 shutil.copyfile(src, out / aux)
+        if not any(t.dtype == torch.float8_e4m3fn for shard in shards for t in shard.values()):
+            _drop_fp8_quantization_config(out / "config.json")
     logger.info("wrote %d tensors in %d file(s) to %s", len(weight_map), len(shards), out)
     return out

@@ -1,6 +1,7 @@
 """One real SGLang server process per rollout engine: start, health-check, stop.
 
-Owns `SGLangEngine` (the process handle), `launch` (args -> a healthy engine) and the
+Owns `SGLangEngine` (the process handle), `prepare` (args -> the process's command and env, not
+started), `launch` (args -> a healthy engine) and the
 `EngineHandle` protocol that the RolloutManager expects from any engine kind.
 
 The lifecycle matches the local engine's launcher (`slime.backends.local_engine.launcher`): the
@@ -24,6 +25,7 @@ from typing import Protocol
 
 from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nnodes, server_command,
                                                      sglang_server_args)
+from slime.utils.arguments.sglang import DEFAULT_ENGINE_START_TIMEOUT
 from slime.utils.engine_client import wait_until_healthy
 from slime.utils.misc import free_port
 
@@ -90,7 +92,7 @@ class SGLangEngine:
         """Only node rank 0 of a multi-node engine runs the HTTP server."""
         return self.fields.get("node_rank", 0) == 0
 
-    def start(self, timeout: float = 600.0) -> "SGLangEngine":
+    def start(self, timeout: float = DEFAULT_ENGINE_START_TIMEOUT) -> "SGLangEngine":
         """Start the server in its own process group; on node rank 0 wait until /health answers.
 
         Raises RuntimeError naming the exit code if the process dies while starting; stops it and
@@ -155,16 +157,17 @@ class SGLangEngine:
         return self.process.wait(timeout=timeout) if self.process is not None else None
 
 
-def launch(args, *, engine_rank: int, host: str, port: int, num_engines: int | None = None,
-           nccl_port: int | None = None, dist_init_addr: str | None = None, base_gpu_id: int = 0,
-           node_rank: int = 0, visible_devices: str | None = None, log_path: str | None = None,
-           timeout: float = 600.0, env: dict[str, str] | None = None,
-           launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER) -> SGLangEngine:
-    """Start engine `engine_rank`'s SGLang server on `host:port` and return it once healthy.
+def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | None = None,
+            nccl_port: int | None = None, dist_init_addr: str | None = None, base_gpu_id: int = 0,
+            node_rank: int = 0, visible_devices: str | None = None, log_path: str | None = None,
+            env: dict[str, str] | None = None,
+            launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER) -> SGLangEngine:
+    """Engine `engine_rank`'s SGLang process on this node (`node_rank` of the engine's nodes), not
+    started: its `command` and `env` are what `start()` runs.
 
     `num_engines` None means --rollout-num-gpus / --rollout-num-gpus-per-engine; `nccl_port` None
-    picks a free port on `host`. See `sglang_server_args` for the fields and `SGLangEngine` for
-    devices, logs and the launcher.
+    picks a free port on `host`; `base_gpu_id` counts within the visible devices. See
+    `sglang_server_args` for the fields and `SGLangEngine` for devices, logs and the launcher.
     """
     if num_engines is None:
         num_engines = args.rollout_num_gpus // args.rollout_num_gpus_per_engine
@@ -172,5 +175,11 @@ def launch(args, *, engine_rank: int, host: str, port: int, num_engines: int | N
         args, engine_rank=engine_rank, num_engines=num_engines, host=host, port=port,
         nccl_port=nccl_port if nccl_port is not None else free_port(host), dist_init_addr=dist_init_addr,
         base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args))
-    engine = SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
-    return engine.start(timeout=timeout)
+    return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
+
+
+def launch(args, *, timeout: float | None = None, **where) -> SGLangEngine:
+    """`prepare(args, **where)` started; node rank 0 returns once /health answers, within `timeout`
+    seconds (None: --engine-start-timeout)."""
+    timeout = timeout if timeout is not None else getattr(args, "engine_start_timeout", DEFAULT_ENGINE_START_TIMEOUT)
+    return prepare(args, **where).start(timeout=timeout)

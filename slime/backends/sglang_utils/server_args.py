@@ -1,7 +1,9 @@
 """SGLang `ServerArgs` values and the `sglang.launch_server` command line for one rollout engine.
 
 Owns `sglang_server_args` (framework-controlled fields + the user's `--sglang-*` passthrough
-values), `server_command` (fields -> argv), `engine_nnodes` and `FRAMEWORK_FIELDS`.
+values), `server_command` (fields -> argv, spelled as the sglang release of the passthrough table
+parses them), `engine_nnodes`, `FRAMEWORK_FIELDS`, and the `--dry-run` launch lines
+(`planned_engine_processes`, `dry_run_commands`).
 
 Framework-controlled fields always win over a passthrough value of the same field (`--sglang-host`,
 `--sglang-pp-size`, `--sglang-trust-remote-code`); the rest of `EXCLUDED_FIELDS` has no
@@ -15,12 +17,14 @@ through the passthrough unchanged.
 
 from __future__ import annotations
 
-import json
 import logging
+import shlex
 import sys
+from dataclasses import dataclass
 from typing import Any
 
-from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, sglang_overrides
+from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, server_args_version, sglang_overrides
+from slime.utils.arguments.sglang_fields import entry_by_name, render_option
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +34,8 @@ DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes", "node_rank", "dist_init_addr",
                     "random_seed", "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup",
                     "trust_remote_code")
-# Fields whose SGLang (0.5.10) option takes its value differently from what the annotation
-# suggests: name -> renderer of a set value into the option's arguments.
-_OPTION_RENDERERS = {
-    # type=json_list_type: one JSON list argument, not nargs
-    "remote_instance_weight_loader_send_weights_group_ports": lambda value: [json.dumps(list(value))],
-    "forward_hooks": lambda value: [value if isinstance(value, str) else json.dumps(value)],
-    # a bool field whose option takes a value (type=str)
-    "debug_tensor_dump_inject": lambda value: [str(value)],
-}
+# Placeholders of the --dry-run command lines: hosts and ports are picked when an engine starts.
+DRY_RUN_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_DIST_PORT = 30000, 30001, 30002
 
 
 def engine_nnodes(args) -> int:
@@ -101,34 +98,65 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
     return {**framework, **{name: value for name, value in overrides.items() if name not in framework}}
 
 
-def _render(name: str, value: Any) -> list[str]:
-    flag = "--" + name.replace("_", "-")
-    if value is None or value is False:  # None: SGLang's default; False: a store_true flag left off
-        return []
-    if name in _OPTION_RENDERERS:
-        return [flag, *_OPTION_RENDERERS[name](value)]
-    if value is True:
-        return [flag]
-    if isinstance(value, (list, tuple)):
-        return [flag, *(json.dumps(v) if isinstance(v, dict) else str(v) for v in value)] if value else []
-    if isinstance(value, dict):
-        return [flag, json.dumps(value, sort_keys=True)]
-    return [flag, str(value)]
-
-
 def server_command(fields: dict[str, Any], launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER) -> list[str]:
-    """`launcher` + `--field-name value` for each field, in the order given.
-
-    True -> bare flag, False / None -> omitted (SGLang's store_true default), list -> flag followed
-    by its items (nargs), dict -> one JSON argument, anything else -> str(value); the few options
-    of `_OPTION_RENDERERS` take theirs as SGLang parses them. Every name must
-    be a field of SGLang's ServerArgs (`server_arg_fields()`); raises ValueError naming the others.
+    """`launcher` + the option of each field, in the order given, as SGLang's parser spells and
+    reads it (`render_option`: True -> bare flag, False / None -> omitted, lists -> one word per
+    item, json options -> one JSON word). Every name must be an option of the sglang release the
+    passthrough lists (`server_arg_fields()`); raises ValueError naming the others and the release.
     """
-    known = {entry["name"] for entry in server_arg_fields()}
-    unknown = sorted(set(fields) - known)
+    table = entry_by_name(server_arg_fields())
+    unknown = sorted(set(fields) - set(table))
     if unknown:
-        raise ValueError(f"not SGLang ServerArgs fields: {', '.join(unknown)}")
+        raise ValueError(f"not options of sglang {server_args_version()}'s launch_server: {', '.join(unknown)}")
     argv = list(launcher)
     for name, value in fields.items():
-        argv += _render(name, value)
+        argv += render_option(table[name], value)
     return argv
+
+
+@dataclass(frozen=True)
+class EngineProcess:
+    """One SGLang process of an engine: engine `engine_rank`'s part on its node `node_rank` of
+    `nnodes`, on GPUs base_gpu_id.. of that node (the placement's node `node`)."""
+
+    engine_rank: int
+    node_rank: int
+    nnodes: int
+    node: int
+    base_gpu_id: int
+
+
+def planned_engine_processes(args) -> list[EngineProcess]:
+    """The engine processes the placement plan starts (what `--dry-run` shows): rollout GPUs from
+    0 when colocated, else after the trainer's; engine i on the next --rollout-num-gpus-per-engine
+    of them; one process per node the engine spans; node of global GPU g = g // --num-gpus-per-node."""
+    per_engine, per_node = args.rollout_num_gpus_per_engine, args.num_gpus_per_node
+    actor = args.actor_num_nodes * args.actor_num_gpus_per_node
+    rollout = args.rollout_num_gpus if args.rollout_num_gpus is not None else (actor if args.colocate else 0)
+    first = 0 if args.colocate else actor
+    nnodes = engine_nnodes(args)
+    out = []
+    for rank in range(rollout // per_engine):
+        for node_rank in range(nnodes):
+            gpu = first + rank * per_engine + node_rank * (per_engine // nnodes)
+            out.append(EngineProcess(rank, node_rank, nnodes, gpu // per_node, gpu % per_node))
+    return out
+
+
+def dry_run_commands(args) -> list[str]:
+    """`sglang command: <argv>` for every planned engine process, hosts and ports as placeholders
+    (`node<N>`, DRY_RUN_*), plus one note line saying so; empty without engines."""
+    processes = planned_engine_processes(args)
+    num_engines = len({p.engine_rank for p in processes})
+    lines = []
+    for p in processes:
+        head = next(q for q in processes if q.engine_rank == p.engine_rank and q.node_rank == 0)
+        fields = sglang_server_args(
+            args, engine_rank=p.engine_rank, num_engines=num_engines, host=f"node{p.node}", port=DRY_RUN_PORT,
+            nccl_port=DRY_RUN_NCCL_PORT, dist_init_addr=f"node{head.node}:{DRY_RUN_DIST_PORT}",
+            base_gpu_id=p.base_gpu_id, node_rank=p.node_rank, nnodes=p.nnodes)
+        lines.append("sglang command: " + shlex.join(server_command(fields)))
+    if lines:
+        lines.insert(0, f"# engine launch lines for sglang {server_args_version()}; hosts node<N> and ports "
+                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} are placeholders picked at start")
+    return lines

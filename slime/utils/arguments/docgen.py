@@ -11,7 +11,7 @@ by hand. Every flag is validated once at start-up (`slime/utils/arguments/<domai
 `validate`, summarised under each table as "Checks"); errors name the flags involved. With
 `--dry-run`, missing files (--hf-checkpoint, --prompt-data, --eval-prompt-data, --load, --ref-load)
 are warnings instead of errors. `--sglang-*` passthrough flags are listed for SGLang
-{sglang_version}; with SGLang installed, its own ServerArgs fields are used instead.
+{sglang_version}; with SGLang installed, the options of its own launch_server parser are used instead.
 """
 
 

@@ -1,29 +1,31 @@
-"""SGLang domain: the ``--sglang-*`` passthrough of SGLang's ``ServerArgs`` fields, slime's own
+"""SGLang domain: the ``--sglang-*`` passthrough of SGLang's server options, slime's own
 engine/router flags and the ``--router-*`` options of sglang-router.
 
-The passthrough comes from the installed ``sglang.srt.server_args.ServerArgs`` dataclass when it
-imports, else from ``sglang_server_args.json`` (written by ``tools/gen_sglang_server_args.py`` from
-SGLang ``PINNED_SGLANG_VERSION``). Fields the framework controls are not passed through.
+The passthrough lists the options of the installed sglang's own parser when it imports, else
+those of ``sglang_server_args.json`` (release ``PINNED_SGLANG_VERSION``; see
+``slime.utils.arguments.sglang_fields``). Fields the framework controls are not passed through.
+An option an older release had under another name (``RENAMED_FIELDS``, e.g. ``--cuda-graph-bs``,
+now ``--cuda-graph-bs-decode``) keeps its slime flag and is mapped to the new name(s) on the
+launch line, or refused at parse time naming the flag and the release when it cannot be.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import importlib
-import importlib.util
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
-from slime.utils.arguments.common import ArgumentError, require
+from slime.utils.arguments.common import require
+from slime.utils.arguments.sglang_fields import (FALLBACK_FILE, PINNED_SGLANG_VERSION, RENAMED_FIELDS,
+                                                 fallback_server_arg_fields, live_server_arg_fields,
+                                                 renamed_fields, server_arg_fields, server_args_version)
+
+__all__ = ["EXCLUDED_FIELDS", "FALLBACK_FILE", "PINNED_SGLANG_VERSION", "RENAMED_FIELDS", "add_arguments",
+           "engine_tp_size", "fallback_server_arg_fields", "live_server_arg_fields", "server_arg_fields",
+           "server_args_version", "sglang_overrides", "validate"]
 
 logger = logging.getLogger(__name__)
 
-PINNED_SGLANG_VERSION = "0.5.10"
-FALLBACK_FILE = Path(__file__).with_name("sglang_server_args.json")
 EXCLUDED_FIELDS = ("model_path", "tp_size", "port", "nnodes", "node_rank", "dist_init_addr", "random_seed",
                    "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup")
 # slime's own --sglang-* flags; a ServerArgs field with the same dest is not passed through.
@@ -39,114 +41,7 @@ ROUTER_FLAGS = (
     ("--router-health-check-interval-secs", int, "Seconds between the router's worker health checks."),
 )
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
-_SCALARS = {"bool": "bool", "int": "int", "float": "float", "str": "str"}
-_LISTS = {"List", "list", "Sequence", "Tuple", "tuple"}
-
-
-def _kind_of_node(node: ast.AST) -> tuple[str, list | None]:
-    if isinstance(node, ast.Name):
-        return _SCALARS.get(node.id, "json"), None
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return _kind_of_node(ast.parse(node.value, mode="eval").body)
-    if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Name):
-        return "json", None
-    outer = node.value.id
-    members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-    if outer in ("A", "Annotated"):  # newer SGLang: A[T, help] / Annotated[T, ...]
-        return _kind_of_node(members[0])
-    if outer in ("Optional", "Union"):
-        real = [m for m in members if not (isinstance(m, ast.Constant) and m.value is None)
-                and not (isinstance(m, ast.Name) and m.id == "None")]
-        return _kind_of_node(real[0]) if len(real) == 1 else ("json", None)
-    if outer == "Literal":
-        values = [m.value for m in members if isinstance(m, ast.Constant) and m.value is not None]
-        return ("str", values) if all(isinstance(v, str) for v in values) else ("json", None)
-    if outer in _LISTS and len(members) == 1 and isinstance(members[0], ast.Name):
-        element = _SCALARS.get(members[0].id)
-        return (f"list_{element}", None) if element in ("int", "float", "str") else ("json", None)
-    return "json", None
-
-
-def annotation_kind(annotation: str) -> tuple[str, list | None]:
-    """Map a ServerArgs annotation string to (kind, choices).
-
-    kind is one of bool, int, float, str, list_int, list_float, list_str, json (passed as a string);
-    choices lists a Literal's string values (else None). ``Optional[X]`` maps like X.
-    """
-    return _kind_of_node(ast.parse(annotation, mode="eval").body)
-
-
-def field_entry(name: str, annotation: str, default: Any, default_source: str | None = None) -> dict:
-    """One record of the passthrough table: name, annotation, kind, choices, default (JSON-able).
-
-    ``default_source`` holds the expression of a default that is not a literal (its value then
-    depends on the machine and ``default`` is None).
-    """
-    kind, choices = annotation_kind(annotation)
-    if isinstance(default, (tuple, set, frozenset)):
-        default = sorted(default) if isinstance(default, (set, frozenset)) else list(default)
-    entry = {"name": name, "annotation": annotation, "kind": kind, "choices": choices, "default": default}
-    if default_source is not None:
-        entry["default"] = None
-        entry["default_source"] = default_source
-    return entry
-
-
-def _annotation_text(annotation: Any) -> str:
-    if isinstance(annotation, str):
-        return annotation
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
-def _live_default(field: dataclasses.Field) -> tuple[Any, str | None]:
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
-        return None, None
-    try:
-        json.dumps(value)
-    except TypeError:
-        return None, repr(value)
-    return value, None
-
-
-def live_server_arg_fields() -> list[dict] | None:
-    """Fields of the installed SGLang's ServerArgs, or None when sglang is not importable."""
-    if importlib.util.find_spec("sglang") is None:
-        return None
-    try:
-        module = importlib.import_module("sglang.srt.server_args")
-    except ImportError as error:  # sglang present but its GPU dependencies are not
-        logger.warning("sglang.srt.server_args does not import (%s); using %s", error, FALLBACK_FILE.name)
-        return None
-    if not dataclasses.is_dataclass(module.ServerArgs):
-        logger.warning("installed sglang's ServerArgs is not a dataclass (newer layout); using %s for %s",
-                       FALLBACK_FILE.name, PINNED_SGLANG_VERSION)
-        return None
-    entries = []
-    for field in dataclasses.fields(module.ServerArgs):
-        if field.name.startswith("_"):
-            continue
-        default, source = _live_default(field)
-        entries.append(field_entry(field.name, _annotation_text(field.type), default, source))
-    return entries
-
-
-def fallback_server_arg_fields() -> list[dict]:
-    """Fields recorded in ``sglang_server_args.json`` for SGLang PINNED_SGLANG_VERSION."""
-    with open(FALLBACK_FILE, encoding="utf-8") as handle:
-        data = json.load(handle)
-    if data["sglang_version"] != PINNED_SGLANG_VERSION:
-        raise ArgumentError(f"{FALLBACK_FILE} is for sglang {data['sglang_version']}, expected "
-                            f"{PINNED_SGLANG_VERSION}: rerun tools/gen_sglang_server_args.py")
-    return data["fields"]
-
-
-def server_arg_fields() -> list[dict]:
-    """Passthrough fields: the installed SGLang's when it imports, else the pinned fallback list."""
-    return live_server_arg_fields() or fallback_server_arg_fields()
+DEFAULT_ENGINE_START_TIMEOUT = 600.0
 
 
 def passthrough_fields(fields: list[dict]) -> list[dict]:
@@ -158,7 +53,7 @@ def add_passthrough_flag(group, entry: dict) -> None:
     """Add ``--sglang-<name>`` (dest ``sglang_<name>``) for one passthrough record to ``group``."""
     flag, dest = "--sglang-" + entry["name"].replace("_", "-"), "sglang_" + entry["name"]
     kind, default = entry["kind"], entry["default"]
-    help_text = f"SGLang ServerArgs.{entry['name']} ({entry['annotation']})."
+    help_text = f"SGLang {entry['flag']}: {entry.get('help') or entry['name']}."
     if kind == "bool":
         action = argparse.BooleanOptionalAction if default is True else "store_true"
         group.add_argument(flag, dest=dest, action=action, default=default, help=help_text)
@@ -179,6 +74,9 @@ def _add_own(group) -> None:
                        help="Port of the sglang-router (None: a free port).")
     group.add_argument("--sglang-server-concurrency", type=int, default=512,
                        help="Maximum concurrent requests slime sends to the engines.")
+    group.add_argument("--engine-start-timeout", type=float, default=DEFAULT_ENGINE_START_TIMEOUT,
+                       help="Seconds a rollout engine (SGLang or the local engine) may take to answer /health "
+                            "after it starts; a large FP8 engine can need more than the default.")
     for flag, kind, help_text in ROUTER_FLAGS:
         choices = ROUTER_POLICIES if flag == "--router-policy" else None
         group.add_argument(flag, type=kind, choices=choices, default=None,
@@ -189,8 +87,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add slime's engine and router flags and the --sglang-* passthrough as one argument group."""
     group = parser.add_argument_group("sglang", "SGLang engines (ServerArgs passthrough) and sglang-router.")
     _add_own(group)
-    for entry in passthrough_fields(server_arg_fields()):
+    fields = passthrough_fields(server_arg_fields())
+    for entry in fields:
         add_passthrough_flag(group, entry)
+    _add_renamed(group, {entry["name"] for entry in fields})
+
+
+def _add_renamed(group, known: set[str]) -> None:
+    """An old option name this release lacks stays a slime flag (mapped or refused later)."""
+    for old, (new, fate) in RENAMED_FIELDS.items():
+        if old in known:
+            continue
+        group.add_argument("--sglang-" + old.replace("_", "-"), dest="sglang_" + old, type=int, nargs="+",
+                           default=None, help=f"SGLang's old --{old.replace('_', '-')} ({fate}): passed as "
+                           f"--{' / --'.join(n.replace('_', '-') for n in new)}.")
 
 
 def engine_tp_size(args: argparse.Namespace) -> int:
@@ -201,18 +111,40 @@ def engine_tp_size(args: argparse.Namespace) -> int:
 def sglang_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """ServerArgs keyword arguments the user changed: {field name: value} for every passthrough
     --sglang-x whose value differs from the field's default."""
+    fields = passthrough_fields(server_arg_fields())
     out = {}
-    for entry in passthrough_fields(server_arg_fields()):
+    for entry in fields:
         value = getattr(args, "sglang_" + entry["name"], entry["default"])
         if value != entry["default"]:
             out[entry["name"]] = value
+    for old, new in renamed_fields({entry["name"] for entry in fields}).items():
+        value = getattr(args, "sglang_" + old, None)
+        if value is not None:
+            out.update({name: out.get(name, value) for name in new})
     return out
+
+
+def _check_renamed(args: argparse.Namespace) -> None:
+    known = {entry["name"] for entry in passthrough_fields(server_arg_fields())}
+    mapped = renamed_fields(known)
+    for old, (new, _since) in RENAMED_FIELDS.items():
+        if old in known or getattr(args, "sglang_" + old, None) is None:
+            continue
+        flag = "--sglang-" + old.replace("_", "-")
+        require(old in mapped, f"{flag}: sglang {server_args_version()} has no {old} option and none of "
+                f"{', '.join(new)} to map it to")
+        for name in new:
+            value = getattr(args, "sglang_" + name, None)
+            require(value in (None, getattr(args, "sglang_" + old)),
+                    f"{flag} and --sglang-{name.replace('_', '-')} disagree (sglang {server_args_version()} "
+                    f"maps the first to the second): give one of them")
 
 
 def validate(args: argparse.Namespace) -> list[str]:
     """--rollout-num-gpus-per-engine divisible by --sglang-pp-size (engine tp = the quotient);
     --sglang-dp-size > 1 needs --sglang-enable-dp-attention and must divide engine tp, as must
-    --sglang-ep-size; --sglang-server-concurrency >= 1; --sglang-router-port a valid port."""
+    --sglang-ep-size; --sglang-server-concurrency >= 1; --sglang-router-port a valid port;
+    --engine-start-timeout > 0; a renamed option (RENAMED_FIELDS) maps onto this release."""
     warnings: list[str] = []
     pp, dp, ep = (getattr(args, f"sglang_{name}_size", 1) or 1 for name in ("pp", "dp", "ep"))
     per_engine = args.rollout_num_gpus_per_engine
@@ -230,4 +162,6 @@ def validate(args: argparse.Namespace) -> list[str]:
             f"--sglang-server-concurrency must be >= 1, got {args.sglang_server_concurrency}")
     port = args.sglang_router_port
     require(port is None or 0 < port < 65536, f"--sglang-router-port {port} is not a valid port")
+    require(args.engine_start_timeout > 0, f"--engine-start-timeout must be > 0, got {args.engine_start_timeout}")
+    _check_renamed(args)
     return warnings

@@ -80,3 +80,25 @@ def test_tokenizer_chat_template_and_special_tokens(tiny_moe_hf):
 def test_unknown_variant_names_the_flag(tmp_path):
     with pytest.raises(ValueError, match="--variant"):
         tiny.make_tiny_model(tmp_path, variant="huge")
+
+
+def test_fp8_variant_is_block_quantised_like_qwen3_fp8(tmp_path, tiny_moe_fp8_hf, tiny_moe_hf):
+    from safetensors.torch import load_file
+
+    from slime.utils.fp8 import dequantize_block
+
+    config = json.loads((tiny_moe_fp8_hf / "config.json").read_text())
+    assert config["quantization_config"] == {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                             "weight_block_size": [32, 32]}
+    fp8, plain = load_file(tiny_moe_fp8_hf / "model.safetensors"), load_file(tiny_moe_hf / "model.safetensors")
+    quantised = sorted(n for n, t in fp8.items() if t.dtype == torch.float8_e4m3fn)
+    projections = sorted(n for n in plain if n.split(".")[-2].endswith("_proj"))
+    assert quantised == projections and len(quantised) == 2 * (4 + 8 * 3)
+    assert set(fp8) == set(plain) | {n + "_scale_inv" for n in quantised}
+    for name in quantised:
+        back = dequantize_block(fp8[name], fp8[name + "_scale_inv"], (32, 32))
+        assert ((back - plain[name]).abs() <= 2.0 ** -4 * plain[name].abs() + 1e-7).all()
+    for name in set(plain) - set(quantised):  # norms, router gate, embeddings, lm_head
+        assert torch.equal(fp8[name], plain[name])
+    again = tiny.make_tiny_model(tmp_path / "again", variant="moe", seed=0, fp8_block_size=(32, 32))
+    assert _digest(again) == _digest(tiny_moe_fp8_hf)

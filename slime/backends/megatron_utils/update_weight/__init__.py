@@ -1,10 +1,12 @@
 """Trainer -> engine weight sync: the senders and how a trainer picks and builds one.
 
 Owns the registry `SENDERS` (kind -> sender class: "distributed" broadcast group for
-disaggregated engines, "tensor" shared memory for colocated ones, "disk" HF folder),
+disaggregated engines, "tensor" SGLang's tensor payload (CUDA IPC handles / shared memory) for
+colocated ones, "disk" HF folder),
 `sender_kind(args)` (--colocate -> "tensor", else "distributed") and `build_weight_sender`, which
 wires a sender to a megatron model: buckets from `weight_export.iter_hf_buckets` of
---update-weight-buffer-size bytes, roles from megatron's parallel state.
+--update-weight-buffer-size bytes (quantised to block FP8 when --hf-checkpoint declares
+`quant_method: fp8`, see `slime.utils.fp8`), roles from megatron's parallel state.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import tempfile
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender, megatron_role
 from slime.backends.megatron_utils.update_weight.from_disk import UpdateWeightFromDisk
 from slime.backends.megatron_utils.update_weight.from_distributed import UpdateWeightFromDistributed
-from slime.backends.megatron_utils.update_weight.from_tensor import UpdateWeightFromTensor
+from slime.backends.megatron_utils.update_weight.from_tensor import UpdateWeightFromTensor, engine_rank_groups
 
 SENDERS = {
     "distributed": UpdateWeightFromDistributed,
@@ -27,20 +29,9 @@ SENDERS = {
 def sender_kind(args) -> str:
     """"tensor" when the engines share the trainer's devices (--colocate), else "distributed".
 
-    The tensor path hands over safetensors files in /dev/shm, which our local engine reads.
-    SGLang's colocated path expects CUDA-IPC handles in its own serialisation, which is not
-    implemented: colocated SGLang engines are refused here with what to do instead."""
-    if not args.colocate:
-        return "distributed"
-    import torch
-
-    if torch.cuda.is_available() and args.rollout_engine != "local":
-        raise NotImplementedError(
-            "--colocate with SGLang engines needs CUDA-IPC weight sync in SGLang's tensor format, "
-            "which this build does not have yet: drop --colocate (disaggregated engines get weights "
-            "by NCCL broadcast) or use --rollout-engine local"
-        )
-    return "tensor"
+    The tensor path speaks SGLang's own /update_weights_from_tensor format (a flattened bucket per
+    engine TP rank, see `from_tensor`), which SGLang engines and our local engine both read."""
+    return "tensor" if args.colocate else "distributed"
 
 
 def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = None,
@@ -55,24 +46,37 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
 
     from slime.backends.megatron_utils.hf_io import read_hf_config
     from slime.backends.megatron_utils.weight_export import iter_hf_buckets
+    from slime.utils.fp8 import fp8_config_from_hf, quantized_buckets
 
     kind = kind or sender_kind(args)
     if kind not in SENDERS:
         raise ValueError(f"unknown weight sync kind {kind!r}; choose one of {sorted(SENDERS)}")
+    if kind == "tensor" and getattr(args, "pipeline_model_parallel_size", 1) > 1:
+        raise ValueError("--colocate weight sync sends each engine the buckets made on its own devices, which "
+                         "hold one pipeline stage only: use --pipeline-model-parallel-size 1 with --colocate")
     hf_config = read_hf_config(args.hf_checkpoint)
-    to_cpu = kind != "distributed" or not torch.cuda.is_available()
+    to_cpu = kind == "disk" or not torch.cuda.is_available()  # "tensor" shares CUDA tensors by IPC handle
 
     def buckets():
         return iter_hf_buckets(model, hf_config, args, args.update_weight_buffer_size, to_cpu=to_cpu)
 
+    role = megatron_role()
+    fp8 = fp8_config_from_hf(hf_config)
+    sends = role.is_sender or kind == "tensor"  # the tensor sender ships every rank's bucket
+    if fp8 is not None and sends:  # an FP8 engine checkpoint: send its names, dtypes, shapes
+        buckets = quantized_buckets(buckets, fp8)
+
     extra = {}
+    if kind == "tensor":
+        extra = {"gpus_per_engine": args.rollout_num_gpus_per_engine}
     if kind == "disk":
         extra = {"directory": disk_dir or os.path.join(tempfile.gettempdir(), "slime_weight_sync"),
                  "hf_checkpoint": args.hf_checkpoint}
-    sender = SENDERS[kind](engine_urls, buckets, role=megatron_role(), **extra)
+    sender = SENDERS[kind](engine_urls, buckets, role=role, **extra)
     sender.connect()
     return sender
 
 
 __all__ = ["SENDERS", "TrainerRole", "UpdateWeightFromDisk", "UpdateWeightFromDistributed",
-           "UpdateWeightFromTensor", "WeightSender", "build_weight_sender", "megatron_role", "sender_kind"]
+           "UpdateWeightFromTensor", "WeightSender", "build_weight_sender", "engine_rank_groups", "megatron_role",
+           "sender_kind"]

@@ -49,3 +49,24 @@ def hf_logprobs(model, prompt_ids: list[int], output_ids: list[int], temperature
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
     logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
     return logp.gather(1, torch.tensor(output_ids)[:, None])[:, 0]
+
+
+def write_dequantized_copy(fp8_folder, dst, named=None):
+    """Write to `dst` the float32 HF checkpoint an FP8 one stands for (`named` replaces its
+    tensors when given): FP8 weights dequantised, scales dropped, no quantization_config."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    from slime.backends.local_engine.fp8 import Fp8Weights
+
+    shutil.copytree(fp8_folder, dst, dirs_exist_ok=True)
+    config = json.loads((Path(dst) / "config.json").read_text())
+    config.pop("quantization_config")
+    (Path(dst) / "config.json").write_text(json.dumps(config))
+    named = named if named is not None else load_file(str(Path(fp8_folder) / "model.safetensors"))
+    plain = Fp8Weights.from_checkpoint(fp8_folder).dequantize_named(named.items())
+    save_file({n: t.float().contiguous() for n, t in plain}, str(Path(dst) / "model.safetensors"))
+    return Path(dst)

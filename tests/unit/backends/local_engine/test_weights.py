@@ -1,5 +1,5 @@
 """Weight updates of the local engine over real HTTP: disk, distributed (gloo, this process is rank 0)
-and /dev/shm tensors each make the engine generate exactly what transformers generates with the new
+and SGLang's tensor payload (flattened bucket or (name, tensor) pairs through shared memory) each make the engine generate exactly what transformers generates with the new
 weights, and report the new version; bad updates get 400; memory release/resume keeps the weights."""
 
 import glob
@@ -13,7 +13,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
-from slime.utils.weight_transport import init_weight_update_group, write_shm_named_tensors
+from slime.utils.tensor_payload import serialize, serialize_flattened_bucket, use_file_system_sharing
+from slime.utils.weight_transport import init_weight_update_group
 from tests.unit.backends.local_engine.conftest import free_port, hf_greedy, hf_logprobs
 
 PROMPTS = [[3, 14, 15, 92, 65], [27, 18, 28]]
@@ -92,36 +93,38 @@ def test_update_from_distributed_gloo_group(url, perturbed):
         client.destroy_weights_update_group("test_sync")
 
 
-def test_update_from_tensor_via_shm(url, perturbed):
+def test_update_from_tensor_flattened_bucket_and_pairs(url, perturbed):
+    use_file_system_sharing()
     folder, named = perturbed(3)
-    handle, path = write_shm_named_tensors(named)
-    try:
-        SyncEngineClient(url).update_weights_from_tensor([handle], weight_version="7")
-    finally:
-        os.unlink(path)
+    entry, keep = serialize_flattened_bucket(sorted(named.items()))  # keep: alive until the engine answered
+    SyncEngineClient(url).update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="7")
     _check_engine_serves(url, folder, "7")
-    # without weight_version a numeric version is bumped
-    handle, path = write_shm_named_tensors(named)
-    try:
-        SyncEngineClient(url).update_weights_from_tensor([handle])
-    finally:
-        os.unlink(path)
+    # load_format None: a list of (name, tensor) pairs; without weight_version a numeric version is bumped
+    pairs = [(n, t.clone()) for n, t in sorted(named.items())]
+    SyncEngineClient(url).update_weights_from_tensor([serialize(pairs)])
     _check_engine_serves(url, folder, "8")
+    del keep
 
 
 def test_bad_updates_get_400_and_change_nothing(url):
+    use_file_system_sharing()
     client = SyncEngineClient(url)
     before, version = _outputs(url), client.get_weight_version()
-    bad = [({"model.no_such.weight": torch.zeros(2)}, "no_such"),
-           ({"model.norm.weight": torch.zeros(3), "model.embed_tokens.weight": torch.zeros(128, 64)}, "shape")]
+    bad = [([("model.no_such.weight", torch.zeros(2))], "no_such"),
+           ([("model.norm.weight", torch.zeros(3)), ("model.embed_tokens.weight", torch.zeros(128, 64))], "shape")]
     for named, needle in bad:
-        handle, path = write_shm_named_tensors(named)
-        try:
-            with pytest.raises(EngineHTTPError) as err:
-                client.update_weights_from_tensor([handle], weight_version="bad")
-        finally:
-            os.unlink(path)
+        entry, keep = serialize_flattened_bucket(named)
+        with pytest.raises(EngineHTTPError) as err:
+            client.update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="bad")
         assert err.value.status == 400 and needle in err.value.body
+    refused = [([serialize({"flattened_tensor": torch.zeros(4, dtype=torch.uint8), "metadata": [os.system]})],
+                "flattened_bucket", "refused global"),
+               ([serialize([("model.norm.weight", torch.zeros(64))])], "direct", "load_format"),
+               (["not base64!"], "flattened_bucket", "base64")]
+    for entries, load_format, needle in refused:
+        with pytest.raises(EngineHTTPError) as err:
+            client.update_weights_from_tensor(entries, load_format=load_format)
+        assert err.value.status == 400 and needle in err.value.body, err.value.body
     with pytest.raises(EngineHTTPError) as err:
         client.update_weights_from_disk("/nonexistent/folder")
     assert err.value.status == 400

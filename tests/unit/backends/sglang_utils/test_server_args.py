@@ -1,6 +1,6 @@
 """ServerArgs fields and the launch command of one SGLang engine: the reference recipe, framework
-fields winning over the passthrough, flag rendering, multi-node topology, and (where SGLang
-imports) a parse by SGLang's own CLI parser."""
+fields winning over the passthrough, flag rendering, multi-node topology and the --dry-run launch
+lines (tests/conformance/against_sglang/test_server_args.py parses them with real releases)."""
 
 import argparse
 import json
@@ -12,7 +12,7 @@ from slime.utils.arguments import parse_args
 from slime.utils.arguments.sglang import server_arg_fields
 from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_ARGS
 
-FIELD_NAMES = {entry["name"] for entry in server_arg_fields()}
+FLAGS = {entry["flag"] for entry in server_arg_fields()}
 
 
 def _qwen_args(*extra):
@@ -68,37 +68,37 @@ def test_every_emitted_flag_is_a_pinned_field():
     argv = sa.server_command(_fields(args))
     assert argv[:3] == list(sa.DEFAULT_LAUNCHER)
     for flag in _flags(argv):
-        assert flag[2:].replace("-", "_") in FIELD_NAMES, flag
-    for flag in ("--cuda-graph-bs", "--quantization", "--disable-radix-cache", "--context-length"):
+        assert flag in FLAGS, flag
+    # the pinned 0.5.23 has --cuda-graph-bs-decode where older releases had --cuda-graph-bs
+    for flag in ("--cuda-graph-bs-decode", "--quantization", "--disable-radix-cache", "--context-length"):
         assert flag in argv
 
 
 def test_value_rendering():
     fields = {"model_path": "/m", "tp_size": 2, "enable_dp_attention": True, "disable_radix_cache": False,
-              "dist_init_addr": None, "cuda_graph_bs": [1, 2, 8], "mem_fraction_static": 0.5,
+              "dist_init_addr": None, "cuda_graph_bs_decode": [1, 2, 8], "mem_fraction_static": 0.5,
               "mm_process_config": {"image": {"max_pixels": 64}, "a": 1}}
     argv = sa.server_command(fields, launcher=("run",))
     assert argv[:5] == ["run", "--model-path", "/m", "--tp-size", "2"]
     i = argv.index("--enable-dp-attention")
-    assert argv[i + 1] == "--cuda-graph-bs"  # bare flag; False and None fields are left out
+    assert argv[i + 1] == "--cuda-graph-bs-decode"  # bare flag; False and None fields are left out
     assert "--disable-radix-cache" not in argv and "--dist-init-addr" not in argv
     assert argv[i + 2:i + 5] == ["1", "2", "8"]
     assert argv[argv.index("--mem-fraction-static") + 1] == "0.5"
     assert json.loads(argv[argv.index("--mm-process-config") + 1]) == fields["mm_process_config"]
 
 
-def test_options_that_take_json_or_a_value():
+def test_options_that_take_json():
+    """0.5.23 reads these with a JSON type: one word each."""
     fields = {"remote_instance_weight_loader_send_weights_group_ports": [5000, 5001],
-              "forward_hooks": [{"name": "h", "target_modules": ["x"]}], "debug_tensor_dump_inject": True}
+              "forward_hooks": [{"name": "h", "target_modules": ["x"]}]}
     argv = sa.server_command(fields, launcher=())
     assert argv[:2] == ["--remote-instance-weight-loader-send-weights-group-ports", "[5000, 5001]"]
-    assert json.loads(argv[3]) == fields["forward_hooks"] and len(argv) == 6
-    assert argv[4:] == ["--debug-tensor-dump-inject", "True"]
-    assert sa.server_command({"debug_tensor_dump_inject": False}, launcher=()) == []
+    assert json.loads(argv[3]) == fields["forward_hooks"] and len(argv) == 4
 
 
 def test_unknown_field_is_refused():
-    with pytest.raises(ValueError, match="not_a_field"):
+    with pytest.raises(ValueError, match="not options of sglang 0.5.23.*not_a_field"):
         sa.server_command({"model_path": "/m", "not_a_field": 1})
 
 
@@ -131,17 +131,33 @@ def test_engine_rank_must_be_in_range():
         _fields(_qwen_args(), engine_rank=1)
 
 
-def test_command_parses_with_sglang_server_args(monkeypatch):
-    module = pytest.importorskip("sglang.srt.server_args", exc_type=ImportError,
-                                 reason="sglang.srt.server_args does not import here (no sglang or no GPU stack)")
-    args = _qwen_args("--sglang-cuda-graph-bs", "1", "2", "4", "--sglang-quantization", "fp8",
-                      "--sglang-remote-instance-weight-loader-send-weights-group-ports", "5000", "5001")
-    fields = {**_fields(args, engine_rank=0), "mm_process_config": {"image": {"max_pixels": 64}}}
-    parser = argparse.ArgumentParser()
-    module.ServerArgs.add_cli_args(parser)
-    namespace = parser.parse_args(sa.server_command(fields)[len(sa.DEFAULT_LAUNCHER):])
-    # from_cli_args maps the CLI dests to fields; __post_init__ would probe GPUs and the model.
-    monkeypatch.setattr(module.ServerArgs, "__post_init__", lambda self: None)
-    server_args = module.ServerArgs.from_cli_args(namespace)
-    for name, value in fields.items():
-        assert getattr(server_args, name) == value, name
+@pytest.mark.parametrize("extra, expected", [
+    # colocated, 2 engines x TP4 on node 0
+    (["--rollout-num-gpus-per-engine", "4", "--sglang-ep-size", "4", "--sglang-dp-size", "4"],
+     [sa.EngineProcess(0, 0, 1, 0, 0), sa.EngineProcess(1, 0, 1, 0, 4)]),
+    # disaggregated: rollout GPUs 8..23 after the trainer's 8, one TP16 engine over nodes 1 and 2
+    (["--rollout-num-gpus", "16", "--rollout-num-gpus-per-engine", "16", "--sglang-ep-size", "16",
+      "--sglang-dp-size", "16"],
+     [sa.EngineProcess(0, 0, 2, 1, 0), sa.EngineProcess(0, 1, 2, 2, 0)]),
+])
+def test_planned_engine_processes(extra, expected):
+    argv = list(QWEN3_30B_A3B_ARGS)
+    if "--rollout-num-gpus" in extra:
+        argv.remove("--colocate")
+    assert sa.planned_engine_processes(parse_args(argv + extra)) == expected
+
+
+def test_dry_run_prints_each_engine_command(capsys):
+    import shlex
+
+    import train
+
+    assert train.main(QWEN3_30B_A3B_ARGS + ["--rollout-num-gpus-per-engine", "4", "--sglang-ep-size", "4",
+                                            "--sglang-dp-size", "4", "--sglang-cuda-graph-bs", "1", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sglang command: ")]
+    assert len(lines) == 2
+    for rank, line in enumerate(lines):
+        argv = shlex.split(line[len("sglang command: "):])
+        assert argv[argv.index("--base-gpu-id") + 1] == str(4 * rank)
+        assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--random-seed") + 1] == str(1234 + rank)
+        assert argv[argv.index("--cuda-graph-bs-decode") + 1: argv.index("--cuda-graph-bs-decode") + 3] == ["1", "2"]

@@ -1,27 +1,19 @@
-"""--sglang-* passthrough: the pinned fallback table, flag construction, exclusions, the generator
-tool, and agreement with the installed SGLang's ServerArgs when it can be imported."""
+"""--sglang-* passthrough: the pinned fallback table, records read from SGLang's own parser, flag
+construction and rendering, exclusions, renamed options, and agreement with the installed SGLang
+when it can be imported (the conformance tier checks the launch lines against real releases)."""
 
 import argparse
 import importlib.util
+import json
 import sys
-from pathlib import Path
 
 import pytest
 
-from slime.utils.arguments import build_parser, parse_args
+from slime.utils.arguments import ArgumentError, build_parser, parse_args
 from slime.utils.arguments import sglang as sg
+from slime.utils.arguments import sglang_fields as sgf
 
 KINDS = {"bool", "int", "float", "str", "list_int", "list_float", "list_str", "json"}
-TOOL = Path(__file__).resolve().parents[4] / "tools" / "gen_sglang_server_args.py"
-
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("gen_sglang_server_args", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_fallback_table_is_pinned_and_well_formed():
     fields = sg.fallback_server_arg_fields()
     names = [f["name"] for f in fields]
@@ -33,32 +25,15 @@ def test_fallback_table_is_pinned_and_well_formed():
         assert name in names
 
 
-@pytest.mark.parametrize("annotation,expected", [
-    ("bool", ("bool", None)),
-    ("Optional[int]", ("int", None)),
-    ("Optional[Union[int]]", ("int", None)),
-    ("float", ("float", None)),
-    ("Optional[List[str]]", ("list_str", None)),
-    ("List[int]", ("list_int", None)),
-    ("Optional[Dict[str, Any]]", ("json", None)),
-    ("Optional[Union[str, Dict]]", ("json", None)),
-    ("Literal['a', 'b']", ("str", ["a", "b"])),
-    ("Literal[None, 'x']", ("str", ["x"])),
-    ("Optional[Callable]", ("json", None)),
-    ("A[Optional[int], 'help text']", ("int", None)),
-    ("Annotated[List[float], Arg(help='x')]", ("list_float", None)),
-])
-def test_annotation_kind(annotation, expected):
-    assert sg.annotation_kind(annotation) == expected
-
-
 def test_passthrough_flags_types_and_defaults(base_argv):
     args = parse_args(base_argv + ["--sglang-mem-fraction-static", "0.6", "--sglang-host", "0.0.0.0",
                                    "--sglang-cuda-graph-bs", "1", "2", "4"])
     assert args.sglang_mem_fraction_static == 0.6 and args.sglang_host == "0.0.0.0"
     assert args.sglang_cuda_graph_bs == [1, 2, 4]
     assert args.sglang_enable_dp_attention is False and args.sglang_dp_size == 1
-    assert sg.sglang_overrides(args) == {"mem_fraction_static": 0.6, "host": "0.0.0.0", "cuda_graph_bs": [1, 2, 4]}
+    # the pinned 0.5.23 split --cuda-graph-bs: slime's flag lands on the decode graph's sizes
+    assert sg.sglang_overrides(args) == {"mem_fraction_static": 0.6, "host": "0.0.0.0",
+                                         "cuda_graph_bs_decode": [1, 2, 4]}
     assert sg.engine_tp_size(args) == 1
 
 
@@ -71,7 +46,8 @@ def test_framework_controlled_fields_are_not_passed_through(flag, capsys):
 
 def test_bool_default_true_gets_a_no_flag():
     parser = argparse.ArgumentParser()
-    entry = sg.field_entry("enable_thing", "bool", True)
+    entry = {"name": "enable_thing", "flag": "--enable-thing", "kind": "bool", "choices": None, "default": True,
+             "help": "x"}
     sg.add_passthrough_flag(parser, entry)
     assert parser.parse_args([]).sglang_enable_thing is True
     assert parser.parse_args(["--no-sglang-enable-thing"]).sglang_enable_thing is False
@@ -85,84 +61,92 @@ def test_router_flags(base_argv, capsys):
     assert "--router-policy" in capsys.readouterr().err
 
 
-def test_generator_parses_a_server_args_source():
-    source = '''
-import dataclasses
-from typing import List, Optional
-@dataclasses.dataclass
-class ServerArgs:
-    """doc"""
-    model_path: str
-    tp_size: int = 1
-    mem_fraction_static: Optional[float] = None
-    cuda_graph_bs: Optional[List[int]] = None
-    urls: List[str] = dataclasses.field(default_factory=list)
-    capacity: int = 10 * 1000
-    mode: str = "auto"
-    _private: int = 0
-    def method(self):
-        x: int = 3
-'''
-    fields = _load_tool().parse_server_args(source)
-    by_name = {f["name"]: f for f in fields}
-    assert list(by_name) == ["model_path", "tp_size", "mem_fraction_static", "cuda_graph_bs", "urls",
-                             "capacity", "mode"]
-    assert by_name["tp_size"]["default"] == 1 and by_name["urls"]["default"] == []
-    assert by_name["cuda_graph_bs"]["kind"] == "list_int" and by_name["mem_fraction_static"]["kind"] == "float"
-    assert by_name["capacity"]["default_source"] == "10 * 1000" and by_name["capacity"]["default"] is None
+def _sglang_like_parser() -> argparse.ArgumentParser:
+    """Options declared the ways SGLang's parsers declare them (0.5.15 by hand, 0.5.23 from fields)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path", "--model", type=str, required=False, help="The path. More text.")
+    parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1, help="TP size")
+    parser.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None, help="sizes")
+    parser.add_argument("--enable-dp-attention", action="store_true", help="5%% faster")
+    parser.add_argument("--monokernel-backend", dest="enable_amd_monokernel", action="store_const", const=True,
+                        default=False, help="deprecated spelling")
+    parser.add_argument("--enable-amd-monokernel", action="store_true", help="new spelling")
+    parser.add_argument("--ports", type=json.loads, default=None, help="json list")
+    parser.add_argument("--mode", choices=["a", "b"], default="a", help="mode")
+    parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=True, help="keep")
+    parser.add_argument("--config", type=str, help="config file")
+    return parser
 
 
-SYNTHETIC_SOURCE = '''
-from __future__ import annotations
-import dataclasses
-from typing import List, Literal, Optional
-@dataclasses.dataclass
-class ServerArgs:
-    model_path: str
-    mem_fraction_static: Optional[float] = None
-    enable_dp_attention: bool = False
-    cuda_graph_bs: Optional[List[int]] = None
-    urls: List[str] = dataclasses.field(default_factory=list)
-    mode: Literal["a", "b"] = "a"
-'''
+def test_table_records_from_sglangs_own_parser():
+    by_name = {e["name"]: e for e in sgf.entries_from_parser(_sglang_like_parser())}
+    assert list(by_name) == ["model_path", "tp_size", "cuda_graph_bs_decode", "enable_dp_attention",
+                             "enable_amd_monokernel", "ports", "mode", "keep"]
+    assert by_name["model_path"]["help"] == "The path"
+    assert (by_name["tp_size"]["flag"], by_name["tp_size"]["kind"], by_name["tp_size"]["default"]) == ("--tp-size", "int", 1)
+    assert by_name["cuda_graph_bs_decode"]["kind"] == "list_int"
+    assert by_name["enable_dp_attention"]["kind"] == "bool" and "%%" in by_name["enable_dp_attention"]["help"]
+    assert by_name["enable_amd_monokernel"]["flag"] == "--enable-amd-monokernel"
+    assert by_name["ports"]["kind"] == "json" and by_name["mode"]["choices"] == ["a", "b"]
+    assert by_name["keep"] == {**by_name["keep"], "kind": "bool", "default": True}
 
 
-def test_live_path_agrees_with_generator_on_the_same_source(tmp_path, monkeypatch):
-    package = tmp_path / "sglang" / "srt"
-    package.mkdir(parents=True)
-    (tmp_path / "sglang" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    (package / "server_args.py").write_text(SYNTHETIC_SOURCE)
+def test_render_option_spells_values_as_sglang_reads_them():
+    by_name = {e["name"]: e for e in sgf.entries_from_parser(_sglang_like_parser())}
+    assert sgf.render_option(by_name["enable_dp_attention"], True) == ["--enable-dp-attention"]
+    assert sgf.render_option(by_name["enable_dp_attention"], False) == []
+    assert sgf.render_option(by_name["cuda_graph_bs_decode"], [1, 2]) == ["--cuda-graph-bs-decode", "1", "2"]
+    assert sgf.render_option(by_name["ports"], [5000, 5001]) == ["--ports", "[5000, 5001]"]
+    assert sgf.render_option(by_name["ports"], "[1]") == ["--ports", "[1]"]
+    assert sgf.render_option(by_name["tp_size"], None) == []
+
+
+def test_renamed_flag_conflicting_with_its_new_name_is_refused(base_argv):
+    with pytest.raises(ArgumentError, match="--sglang-cuda-graph-bs and --sglang-cuda-graph-bs-decode"):
+        parse_args(base_argv + ["--sglang-cuda-graph-bs", "1", "2", "--sglang-cuda-graph-bs-decode", "4"])
+
+
+def test_renamed_flag_without_a_new_name_is_refused_naming_the_release(base_argv, monkeypatch):
+    fields = [f for f in sg.fallback_server_arg_fields() if f["name"] != "cuda_graph_bs_decode"]
+    monkeypatch.setattr(sg, "server_arg_fields", lambda: fields)
+    with pytest.raises(ArgumentError, match=f"--sglang-cuda-graph-bs: sglang {sg.PINNED_SGLANG_VERSION} has no"):
+        parse_args(base_argv + ["--sglang-cuda-graph-bs", "1"])
+
+
+def test_live_path_reads_the_installed_parser(tmp_path, monkeypatch):
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("a real sglang is installed; test_fallback_matches_installed_sglang covers the live path")
+    package = tmp_path / "sglang" / "srt"
+    package.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    (package / "__init__.py").write_text("")
+    (package / "server_args.py").write_text(
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
+        "        parser.add_argument('--tp-size', type=int, default=1, help='tp')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    sgf._live.cache_clear()
     try:
-        live = sg.live_server_arg_fields()
+        live = sgf.live_server_arg_fields()
+        assert sgf.server_args_version() == "9.9.9"
     finally:
+        sgf._live.cache_clear()
         for name in ("sglang.srt.server_args", "sglang.srt", "sglang"):
             sys.modules.pop(name, None)
-    assert live == _load_tool().parse_server_args(SYNTHETIC_SOURCE)
-    assert [f["name"] for f in live][:2] == ["model_path", "mem_fraction_static"]
+    assert live == [{"name": "tp_size", "flag": "--tp-size", "kind": "int", "choices": None, "default": 1,
+                     "help": "tp"}]
 
 
 def _comparable(fields):
-    return {f["name"]: (f["kind"], f["choices"], None if "default_source" in f else f["default"]) for f in fields}
+    return {f["name"]: (f["flag"], f["kind"], f["choices"], None if "default_source" in f else f["default"])
+            for f in fields}
 
 
 def test_fallback_matches_installed_sglang():
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("sglang is not installed; the pinned fallback table is used")
-    from importlib.metadata import version
-
-    if version("sglang") != sg.PINNED_SGLANG_VERSION:
-        pytest.skip(f"installed sglang {version('sglang')} is not the pinned {sg.PINNED_SGLANG_VERSION}")
     live = sg.live_server_arg_fields()
     if live is None:
         pytest.skip("sglang.srt.server_args does not import here (missing GPU dependencies)")
-    pinned = _comparable(sg.fallback_server_arg_fields())
-    for name, (kind, choices, default) in _comparable(live).items():
-        assert name in pinned, name
-        assert pinned[name][:2] == (kind, choices), name
-        if pinned[name][2] is not None and default is not None:
-            assert pinned[name][2] == default, name
-    assert set(pinned) == set(_comparable(live))
+    if sg.server_args_version() != sg.PINNED_SGLANG_VERSION:
+        pytest.skip(f"installed sglang {sg.server_args_version()} is not the pinned {sg.PINNED_SGLANG_VERSION}")
+    assert _comparable(live) == _comparable(sg.fallback_server_arg_fields())
