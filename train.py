@@ -23,7 +23,7 @@ def train(args) -> None:
         args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
         actor = job.start(ActorSide)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
-        schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=args.num_rollout)
+        schedule = Schedule(args, start_rollout_id=actor.init(rollout), num_rollout=args.num_rollout)
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
@@ -31,7 +31,7 @@ def train(args) -> None:
         for rollout_id in schedule.rollouts():
             data, rollout_metrics = rollout.generate(rollout_id)
             metrics |= rollout_metrics
-            actor.onload_if_colocated(rollout)
+            metrics |= actor.onload_if_colocated(rollout)
             metrics |= actor.train(rollout_id, data)
             if schedule.save_after(rollout_id):
                 metrics |= actor.save(rollout_id) | rollout.save(rollout_id)

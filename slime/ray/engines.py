@@ -239,13 +239,14 @@ class RolloutEngine:
         self.stop()
         return self.start(avoid_port=old_port)
 
-    def release_memory(self) -> None:
-        """Ask the server to release weights and KV cache (`POST /release_memory_occupation`)."""
-        SyncEngineClient(self._url).release_memory_occupation()
+    def release_memory(self, tags: list[str] | None = None) -> None:
+        """Ask the server to release the memory of SGLang's `tags` (weights, kv_cache,
+        cuda_graph; None: all) (`POST /release_memory_occupation`)."""
+        SyncEngineClient(self._url).release_memory_occupation(tags)
 
-    def resume_memory(self) -> None:
-        """Ask the server to take its memory back (`POST /resume_memory_occupation`)."""
-        SyncEngineClient(self._url).resume_memory_occupation()
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        """Ask the server to take the memory of `tags` back (`POST /resume_memory_occupation`)."""
+        SyncEngineClient(self._url).resume_memory_occupation(tags)
 
 
 def engine_positions(args, placement: JobPlacement, rollout_bundles=None) -> list[int]:

@@ -28,6 +28,9 @@ from slime.utils.arguments.eval import evaluates
 
 logger = logging.getLogger(__name__)
 
+ENGINE_TAGS = ("weights", "kv_cache", "cuda_graph")  # sglang.srt.constants.GPU_MEMORY_ALL_TYPES
+TRAIN_TAGS = ("weights", "optimizer", "grads")  # slime.backends.megatron_utils.offload.TAGS
+
 JOB_TOKEN_ENV = "SLIME_JOB_TOKEN"
 LEFTOVER_TERM_WAIT_S = 5.0
 
@@ -156,7 +159,7 @@ class RolloutSide:
         job_placement, plan = placement
         self.args = args
         self.manager = RolloutManager.options(num_cpus=0).remote(args, job_placement, plan.rollout_bundles)
-        self.offloaded = False
+        self.released: set[str] = set()  # SGLang memory tags the engines have released
         self.weights_from: ActorSide | None = None
 
     def keep_weights_from(self, actor: "ActorSide") -> None:
@@ -192,16 +195,35 @@ class RolloutSide:
             metrics |= ray.get(self.manager.eval.remote(rollout_id))
         return metrics
 
-    def offload(self) -> None:
-        ray.get(self.manager.offload.remote())
-        self.offloaded = True
+    @property
+    def offloaded(self) -> bool:
+        return bool(self.released)
 
-    def onload(self) -> None:
-        """Give the engines their memory back if `offload` released it (generation and weight
-        updates need it)."""
-        if self.offloaded:
-            ray.get(self.manager.onload.remote())
-            self.offloaded = False
+    def offload(self, tags=ENGINE_TAGS) -> None:
+        """Engines release the memory of SGLang's `tags` (default: all of it)."""
+        tags = [t for t in tags if t not in self.released]
+        if tags:
+            ray.get(self.manager.offload.remote(tags))
+            self.released |= set(tags)
+
+    def onload(self, tags=ENGINE_TAGS) -> None:
+        """Give the engines back the memory of `tags` that `offload` released (generation needs
+        weights and KV cache, a weight update the weights)."""
+        tags = [t for t in tags if t in self.released]
+        if tags:
+            left = self.released - set(tags)
+            ray.get(self.manager.onload.remote(tags, all_back=not left))
+            self.released = left
+
+    def memory_metrics(self, phase: str) -> dict:
+        """What the engines hold now, from the local engine's `memory_occupation` (engines that
+        do not report it are left out): `perf/engines_<tag>_gib_<phase>` summed over engines and
+        `perf/engines_<tag>_released_<phase>` (how many engines released the tag)."""
+        occupation = ray.get(self.manager.memory_occupation.remote())
+        metrics = {f"perf/engines_{tag}_gib_{phase}": n / 2**30 for tag, n in occupation["held"].items()}
+        metrics |= {f"perf/engines_{tag}_released_{phase}": float(occupation["released"].get(tag, 0))
+                    for tag in occupation["held"]}
+        return metrics
 
     def engine_urls(self) -> list[str]:
         """URLs to sync weights to (dead engines restarted first under --use-fault-tolerance)."""
@@ -218,40 +240,89 @@ class RolloutSide:
             ray.kill(self.manager)
 
 
+def _merge(metrics: dict, new: dict) -> dict:
+    """`metrics | new`, adding up the hand-over times (a sync offloads twice)."""
+    for key, value in new.items():
+        timed = key in ("perf/offload_train_time", "perf/onload_train_time")
+        metrics[key] = metrics.get(key, 0.0) + value if timed else value
+    return metrics
+
+
 class ActorSide:
-    """The trainer ranks (absent with `--debug-rollout-only`)."""
+    """The trainer ranks (absent with `--debug-rollout-only`).
+
+    Colocated, the trainer and the engines take turns on the GPUs (`docs/architecture.md`,
+    "Colocated memory hand-over"): engines release all their memory before the trainer builds
+    its model and before each train step; a weight sync takes the trainer's optimizer and grads
+    off the GPU, gives the engines their weights back, syncs, takes the trainer's weights off and
+    gives the engines their KV cache (and CUDA graphs) back. `--offload-train` alone moves the
+    trainer's memory; `--offload-rollout` with `--colocate` the engines'."""
 
     def __init__(self, args, placement):
         job_placement, plan = placement
         self.args = args
         self.group = None if args.debug_rollout_only else RayTrainGroup(args, job_placement, plan.actor_bundles)
         self.synced: tuple[list[str], int] | None = None  # (engine URLs, version) of the last sync
+        self.train_offloaded: set[str] = set()  # trainer memory tags given back now
 
-    def init(self) -> int:
+    def _engines_hand_over(self) -> bool:
+        return bool(self.args.colocate and self.args.offload_rollout and self.group is not None)
+
+    def init(self, rollout: RolloutSide | None = None) -> int:
+        """Build every rank's trainer (colocated: after `rollout`'s engines released their memory)."""
+        if rollout is not None and self._engines_hand_over():
+            rollout.offload()
         start = self.group.init() if self.group else 0
         return self.args.start_rollout_id if self.args.start_rollout_id is not None else start
+
+    def offload(self, tags) -> dict:
+        """`--offload-train`: the ranks give back the device memory of trainer tags `tags`."""
+        tags = [t for t in tags if t not in self.train_offloaded]
+        if not (self.args.offload_train and self.group is not None and tags):
+            return {}
+        metrics = self.group.run("offload", tags)
+        self.train_offloaded |= set(tags)
+        return metrics
+
+    def onload(self, tags=TRAIN_TAGS) -> dict:
+        """Take back the memory of `tags` given back by `offload`."""
+        tags = [t for t in tags if t in self.train_offloaded]
+        if not tags:
+            return {}
+        metrics = self.group.run("onload", tags)
+        self.train_offloaded -= set(tags)
+        return metrics
 
     def train(self, rollout_id: int, data) -> dict:
         if self.group is None:
             return {}
-        return self.group.train(rollout_id, data)
+        metrics = self.onload()
+        return metrics | self.group.train(rollout_id, data)
 
     def save(self, rollout_id: int) -> dict:
         metrics: dict = {}
         if self.group is not None:
+            _merge(metrics, self.onload())
             with _timed(metrics, "perf/save_time"):
                 self.group.save(rollout_id)
         return metrics
 
     def sync_weights(self, rollout: RolloutSide, version: int) -> dict:
+        """Push the weights as `version`, handing the GPUs over around it when colocated."""
         metrics: dict = {}
         if self.group is None or self.args.debug_train_only:
             return metrics
-        rollout.onload()  # colocated: the engines were offloaded for training
+        _merge(metrics, self.onload(["weights"]))  # the sender reads the trainer's weights
+        _merge(metrics, self.offload(["optimizer", "grads"]))  # room for the engines' weights
+        rollout.onload(["weights"])
         urls = rollout.engine_urls()
         with _timed(metrics, "perf/update_weights_time"):
             self.group.run("update_weights", urls, str(version))
         self.synced = (urls, version)
+        _merge(metrics, self.offload(["weights"]))  # and the sender's buffers
+        if self.train_offloaded:
+            _merge(metrics, self.group.run("memory_held", "after_offload"))
+        rollout.onload()  # KV cache and CUDA graphs: ready to generate
         return metrics
 
     def resync_restarted_engines(self, rollout: RolloutSide) -> None:
@@ -262,10 +333,13 @@ class ActorSide:
         logger.warning("engines changed since weight version %d was synced: syncing it again", self.synced[1])
         self.sync_weights(rollout, self.synced[1])
 
-    def onload_if_colocated(self, rollout: RolloutSide) -> None:
-        """Colocated: engines give their memory back while the trainer runs."""
-        if self.args.colocate and self.args.offload_rollout and self.group is not None:
-            rollout.offload()
+    def onload_if_colocated(self, rollout: RolloutSide) -> dict:
+        """Colocated: the engines release all their memory and the trainer takes its memory back
+        (metrics: the hand-over times and what the engines still hold while training)."""
+        if not self._engines_hand_over():
+            return self.onload()
+        rollout.offload()
+        return rollout.memory_metrics("in_train") | self.onload()
 
     def shutdown(self) -> None:
         if self.group is not None:

@@ -26,6 +26,7 @@ from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove
 from slime.ray.engines import create_engine_actor, create_engines
 from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
+from slime.utils.engine_client import SyncEngineClient
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
     call_convert_samples_to_train_data,
@@ -262,15 +263,32 @@ class RolloutManager:
             return {}
         return eval_metrics(out)
 
-    def offload(self) -> None:
-        """Release memory on every engine (`--offload-rollout`, before training)."""
+    def offload(self, tags: list[str] | None = None) -> None:
+        """Release the memory of SGLang's `tags` (None: all) on every engine (`--offload-rollout`,
+        before training). Health checks pause until every tag is back."""
         self._offloaded = True
-        ray.get([e.release_memory.remote() for e in self.engines])
+        ray.get([e.release_memory.remote(tags) for e in self.engines])
 
-    def onload(self) -> None:
-        """Resume memory on every engine (before the weight update / next rollout)."""
-        ray.get([e.resume_memory.remote() for e in self.engines])
-        self._offloaded = False
+    def onload(self, tags: list[str] | None = None, all_back: bool = True) -> None:
+        """Resume the memory of `tags` (None: all) on every engine: the weights before a weight
+        update, the KV cache (and CUDA graphs) after it. `all_back`: nothing stays released."""
+        ray.get([e.resume_memory.remote(tags) for e in self.engines])
+        self._offloaded = not all_back
+
+    def memory_occupation(self) -> dict[str, dict[str, int]]:
+        """`{"held": {tag: bytes summed over engines}, "released": {tag: engines that released it}}`
+        from the `memory_occupation` of /get_server_info (the local engine reports it; engines
+        that do not are left out, so both are {} with SGLang engines)."""
+        held: dict[str, int] = {}
+        released: dict[str, int] = {}
+        for url in self.engine_urls():
+            occupation = SyncEngineClient(url).get_server_info().get("memory_occupation") or {}
+            for key, value in occupation.items():
+                if key.endswith("_bytes"):
+                    held[key.removesuffix("_bytes")] = held.get(key.removesuffix("_bytes"), 0) + int(value)
+            for tag in occupation.get("released_tags", []):
+                released[tag] = released.get(tag, 0) + 1
+        return {"held": held, "released": released}
 
     def save(self, rollout_id: int) -> None:
         """Save the data source's position after rollout `rollout_id` (under `--save`)."""

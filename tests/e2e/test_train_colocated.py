@@ -1,9 +1,10 @@
 """End to end, `train.py --colocate` on CPU (trainer ranks and engines share the bundles): the
 toy reward improves, step-0 PPO KL is zero, engine and Megatron log-probs agree, checkpoints are
-written; resuming from the checkpoint after rollout 2 reproduces rollouts 3-6; the recorded
+written; between rollouts the engines report their memory released and the trainer its memory
+offloaded; resuming from the checkpoint after rollout 2 reproduces rollouts 3-6; the recorded
 rollouts replay into `--debug-train-only` with the same train metrics.
 
-One 6-rollout run (module fixture) serves all three checks.
+One 6-rollout run (module fixture) serves all the checks.
 """
 
 import shutil
@@ -54,6 +55,21 @@ def test_colocated_run_learns_and_saves(colocated_run):
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(NUM_ROLLOUT - 1)
     assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000001", "iter_0000003", "iter_0000005"]
     assert (ckpt / "rollout" / "global_dataset_state_dict_1.pt").is_file()
+
+
+def test_memory_is_handed_over_between_rollouts(colocated_run):
+    """While the trainer trained, both engines reported weights, KV cache and CUDA graphs released
+    (holding 0 bytes); after each weight sync the trainer held nothing on its device."""
+    _, rows = colocated_run
+    by_id = rollout_rows(rows)
+    for i in range(NUM_ROLLOUT):
+        row = by_id[i]
+        for tag in ("weights", "kv_cache", "cuda_graph"):
+            assert row[f"perf/engines_{tag}_released_in_train"] == 2, (i, tag, row)
+            assert row[f"perf/engines_{tag}_gib_in_train"] == 0, (i, tag, row)
+        assert row["perf/train_held_gib_after_offload"] == 0, (i, row)
+        assert row["perf/offload_train_weights_gib"] > 0 and row["perf/offload_train_optimizer_gib"] > 0, (i, row)
+        assert row["perf/offload_train_time"] > 0 and row["perf/onload_train_time"] > 0, (i, row)
 
 
 def _stopped_after(ckpt, out, rollout_id):

@@ -88,7 +88,8 @@ class Engine:
         """The body of GET /get_server_info: server args plus live state."""
         return {**dataclasses.asdict(self.config), "context_length": self.context_length,
                 "engine": "slime.local_engine", "weight_version": self.weights.version,
-                "paused": self.scheduler.paused, "released": self.weights.released, **self.scheduler.load()}
+                "paused": self.scheduler.paused, "released": self.weights.released,
+                "memory_occupation": self.weights.memory.occupation(), **self.scheduler.load()}
 
     def _prompts(self, body: dict) -> tuple[list[list[int]], bool]:
         has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None

@@ -28,6 +28,12 @@ class BatchKV:
         """Number of requests in the batch."""
         return 0 if self.mask is None else self.mask.shape[0]
 
+    def nbytes(self) -> int:
+        """Bytes held by the keys, values and mask."""
+        keys, values, mask = self.keys, self.values, self.mask  # one consistent-enough snapshot
+        tensors = keys + values + ([mask] if mask is not None else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def clear(self) -> None:
         """Drop every row (and the memory)."""
         self.keys, self.values, self.mask, self._cache = [], [], None, None

@@ -147,6 +147,12 @@ class Scheduler:
                 self._deliver(req)
         return len(waiting) + len(running)
 
+    def kv_cache_bytes(self) -> int:
+        """Bytes the running batch's KV cache holds now. Read without the model lock (called from
+        the HTTP event loop, which must not wait for a decode step or a weight update): a
+        snapshot that may be one step old."""
+        return self._kv.nbytes()
+
     def drop_cache(self) -> None:
         """Abort everything in flight and free the KV cache (memory release)."""
         self.abort(abort_all=True)

@@ -12,9 +12,8 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
   the engine decodes the entry of its own TP rank (0) with a restricted unpickler.
 An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv) pairs by every
 source and dequantises them (`local_engine.fp8`); a float tensor for an FP8 weight is refused.
-Memory release drops the KV cache and moves the weights away: on CPU into a torch file in a
-private temp dir (the parameters become empty tensors), on CUDA into host memory; resume puts
-them back. While released the scheduler holds (requests queue).
+Memory release and resume by tag live in `slime.backends.local_engine.memory` (`self.memory`);
+updates are refused while the weights are released.
 """
 
 from __future__ import annotations
@@ -23,11 +22,10 @@ import glob
 import logging
 import os
 import re
-import shutil
-import tempfile
 
 import torch
 
+from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
 from slime.utils.tensor_payload import decode_named_tensors, use_file_system_sharing
 from slime.utils.weight_transport import init_weight_update_group
@@ -69,7 +67,7 @@ class WeightManager:
         self.fp8 = fp8  # `local_engine.fp8.Fp8Weights` when the served checkpoint is block FP8
         self.version = str(weight_version)
         self._groups: dict = {}
-        self._stash: dict | None = None
+        self.memory = EngineMemory(model, scheduler)
         use_file_system_sharing()  # CPU senders share by file name (see slime.utils.tensor_payload)
 
     def _set_version(self, version) -> None:
@@ -81,7 +79,7 @@ class WeightManager:
 
         Raises `RequestError` for unknown names or shape mismatches; returns the count loaded.
         """
-        if self._stash is not None:
+        if self.memory.weights_released:
             raise RequestError("weights are released; call /resume_memory_occupation before updating them")
         if self.fp8 is not None:  # (weight fp8, weight_scale_inv) pairs -> dequantised weights
             named = self.fp8.dequantize_named(named)
@@ -141,7 +139,7 @@ class WeightManager:
             direct = (target is not None and target.dtype == torch_dtype and target.is_contiguous()
                       and target.device.type == device)
             plan.append((target if direct else torch.empty(tuple(shape), dtype=torch_dtype, device=device), target))
-        if error is not None or self._stash is not None:
+        if error is not None or self.memory.weights_released:
             error = error or RequestError("weights are released; call /resume_memory_occupation before updating them")
             plan = [(torch.empty_like(buf) if buf is tgt else buf, None) for buf, tgt in plan]
         return plan, error
@@ -189,45 +187,16 @@ class WeightManager:
             raise RequestError(f"serialized_named_tensors[0]: {exc}") from exc
         return self.load_named_tensors(named, weight_version)
 
-    # ---- memory ----------------------------------------------------------------------------
-    def _unique_params(self) -> dict[str, torch.nn.Parameter]:
-        return dict(self.model.named_parameters())
-
+    # ---- memory (see memory.py) -------------------------------------------------------------
     def release(self, tags=None) -> None:
-        """Drop the KV cache (aborting requests in flight) and, unless tags exclude "weights", the weights."""
-        self.scheduler.hold("released", True)
-        self.scheduler.drop_cache()
-        if self._stash is not None or (tags is not None and "weights" not in tags):
-            return
-        with self.scheduler.model_lock:
-            params = self._unique_params()
-            if next(iter(params.values())).device.type == "cuda":
-                self._stash = {"cpu": {n: p.data.to("cpu") for n, p in params.items()}}
-            else:
-                folder = tempfile.mkdtemp(prefix="slime_engine_released_")
-                torch.save({n: p.data for n, p in params.items()}, os.path.join(folder, "weights.pt"))
-                self._stash = {"folder": folder}
-            for p in params.values():
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        """Release the memory of SGLang tags `tags` (None: all)."""
+        self.memory.release(tags)
 
     def resume(self, tags=None) -> None:
-        """Restore what `release` moved away (tags None or containing "weights"), then serve again."""
-        if self._stash is not None and (tags is None or "weights" in tags):
-            with self.scheduler.model_lock:
-                stash, self._stash = self._stash, None
-                if "cpu" in stash:
-                    saved = stash["cpu"]
-                else:
-                    saved = torch.load(os.path.join(stash["folder"], "weights.pt"))
-                    shutil.rmtree(stash["folder"])
-                for name, p in self._unique_params().items():
-                    p.data = saved[name].to(p.device)
-        if self._stash is None:
-            self.scheduler.hold("released", False)
+        """Resume the memory of SGLang tags `tags` (None: all)."""
+        self.memory.resume(tags)
 
     @property
     def released(self) -> bool:
-        """True while the weights are moved away."""
-        return self._stash is not None
+        """True while any memory tag is released."""
+        return bool(self.memory.released)

@@ -310,6 +310,31 @@ class MegatronTrainer:
         """The unwrapped GPTModel of this rank (for weight export and tests)."""
         return unwrap(self.state.model[0])
 
+    # ----- memory hand-over (--offload-train) ------------------------------------------------
+    @property
+    def memory(self):
+        """This rank's `TrainerMemory` (model chunks, optimizer and the reference model)."""
+        if getattr(self, "_memory", None) is None:
+            from slime.backends.megatron_utils.offload import TrainerMemory
+
+            extra = [self.ref_model] if self.ref_model is not None else []
+            self._memory = TrainerMemory(self.state.model, self.state.optimizer, extra_weights=extra)
+        return self._memory
+
+    def offload(self, tags) -> dict[str, float]:
+        """Give back the device memory of `tags` (weights, optimizer, grads); see offload.py."""
+        return self.memory.offload(tags)
+
+    def onload(self, tags) -> dict[str, float]:
+        """Take back the memory of `tags`; training continues bit for bit."""
+        return self.memory.onload(tags)
+
+    def memory_held(self, phase: str) -> dict[str, float]:
+        """`perf/train_held_gib_<phase>`: GiB the trainer's tensors hold on the device now (and,
+        on GPUs, the allocator's figures)."""
+        held = sum(self.memory.held_bytes().values()) / 2**30
+        return {f"perf/train_held_gib_{phase}": held, **self.memory.device_memory()}
+
     # ----- weight sync ---------------------------------------------------------------------
     def update_weights(self, engine_urls: list[str], weight_version: str | None = None) -> dict[str, float]:
         """Push this trainer's weights into the engines at `engine_urls`; collective over all ranks.

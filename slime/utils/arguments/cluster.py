@@ -28,9 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--offload", action="store_true", default=False,
                        help="Shorthand for --offload-train --offload-rollout.")
     group.add_argument("--offload-train", action="store_true", default=False,
-                       help="Move the trainer's weights and optimizer state off the GPU while engines generate.")
+                       help="Give the trainer's device memory (weights, optimizer state, gradient buffers) back "
+                       "after each weight sync and take it back before training (see docs/architecture.md).")
     group.add_argument("--offload-rollout", action="store_true", default=False,
-                       help="Release the engines' weights and KV cache while the trainer trains.")
+                       help="Release the engines' weights, KV cache and CUDA graphs while the trainer trains "
+                       "(SGLang engines start with their memory saver on).")
     group.add_argument("--gpu-memory-gib", type=float, default=80.0,
                        help="Memory of one GPU in GiB, used by the --dry-run memory plan.")
     group.add_argument("--host-memory-gib", type=float, default=None,
@@ -38,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """--colocate is refused by train_async; --colocate turns on --offload, which turns on
-    --offload-train and --offload-rollout; --rollout-num-gpus defaults to the actor GPUs when
+    """--colocate is refused by train_async and with more rollout GPUs than trainer GPUs;
+    --colocate turns on --offload, which turns on --offload-train and --offload-rollout (the
+    memory hand-over); --rollout-num-gpus defaults to the actor GPUs when
     colocated and is required otherwise (unless --debug-train-only), and must be divisible by
     --rollout-num-gpus-per-engine; memory sizes must be > 0."""
     warnings: list[str] = []
@@ -59,10 +62,14 @@ def validate(args: argparse.Namespace) -> list[str]:
         elif not args.debug_train_only:
             raise ArgumentError("--rollout-num-gpus is required unless --colocate or --debug-train-only")
     if args.rollout_num_gpus is not None:
+        source = " (with --colocate: the trainer's GPUs)" if args.colocate else ""
         require(args.rollout_num_gpus % args.rollout_num_gpus_per_engine == 0,
-                f"--rollout-num-gpus {args.rollout_num_gpus} is not divisible by "
+                f"--rollout-num-gpus {args.rollout_num_gpus}{source} is not divisible by "
                 f"--rollout-num-gpus-per-engine {args.rollout_num_gpus_per_engine}")
     if args.colocate and args.rollout_num_gpus is not None and args.rollout_num_gpus > world_size(args):
-        warnings.append(f"--colocate with --rollout-num-gpus {args.rollout_num_gpus} > actor GPUs "
-                        f"{world_size(args)}: the placement group takes the larger of the two")
+        raise ArgumentError(
+            f"--colocate with --rollout-num-gpus {args.rollout_num_gpus} > the trainer's GPUs "
+            f"(--actor-num-nodes x --actor-num-gpus-per-node = {world_size(args)}): colocated weight sync "
+            "hands every engine GPU its weights from the trainer rank on the same GPU (CUDA IPC), so "
+            "engines may use only GPUs that hold a trainer rank")
     return warnings

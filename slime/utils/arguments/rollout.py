@@ -158,17 +158,4 @@ def validate(args: argparse.Namespace) -> list[str]:
                 f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
                 f"--rollout-batch-size {args.rollout_batch_size}")
     _validate_hf_checkpoint(args, warnings)
-    _validate_colocated_engines(args, warnings)
     return warnings
-
-
-def _validate_colocated_engines(args: argparse.Namespace, warnings: list[str]) -> None:
-    """Colocated weight sync speaks our local engine's /dev/shm format only; SGLang's CUDA-IPC
-    format is not implemented, so colocated SGLang engines are refused (or warned about for auto)."""
-    if not args.colocate:
-        return
-    message = ("weight sync into colocated SGLang engines (CUDA IPC) is not implemented in this build; "
-               "on GPUs drop --colocate or use --rollout-engine local")
-    require(args.rollout_engine != "sglang", f"--colocate with --rollout-engine sglang: {message}")
-    if args.rollout_engine == "auto":
-        warnings.append(f"--colocate: {message}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from argparse import Namespace
 from dataclasses import dataclass, field
 
+from slime.utils.plan.colocation import Phase, colocated_timeline
 from slime.utils.plan.engine import EngineMemory, engine_memory
 from slime.utils.plan.layout import ParallelLayout, layout_from_args
 from slime.utils.plan.memory import HostMemory, TrainerMemory, host_memory, trainer_memory
@@ -32,13 +33,15 @@ class Plan:
     engine: EngineMemory | None
     recompute: str
     warnings: list[str] = field(default_factory=list)
+    timeline: list[Phase] | None = None  # colocated: one GPU's memory per hand-over phase
 
     @property
     def fits(self) -> bool:
         """True when trainer GPUs, engine GPUs and (when a budget is given) host RAM all fit."""
         host_ok = self.host is None or self.host.fits is not False
         engine_ok = self.engine is None or self.engine.fits
-        return self.trainer.fits and host_ok and engine_ok
+        timeline_ok = all(phase.fits for phase in self.timeline or [])
+        return self.trainer.fits and host_ok and engine_ok and timeline_ok
 
 
 def _recompute_text(args: Namespace) -> str:
@@ -74,4 +77,5 @@ def build_plan(args: Namespace) -> Plan:
         engine=engine,
         recompute=_recompute_text(args),
         warnings=list(getattr(args, "warnings", None) or []),
+        timeline=colocated_timeline(args, trainer, engine),
     )

@@ -132,10 +132,27 @@ def _engine(plan: Plan) -> str:
     return _section("Engine memory", rows)
 
 
+HAND_OVER = ("engines release weights + KV cache + CUDA graphs -> trainer onloads -> train -> "
+             "trainer offloads optimizer + grads -> engines resume weights -> weight sync -> "
+             "trainer offloads weights -> engines resume KV cache + CUDA graphs -> rollout")
+
+
+def _timeline(plan: Plan) -> str:
+    if plan.timeline is None:
+        return _section("Colocated timeline per GPU", [("hand-over", "none (not colocated)")])
+    rows = [("hand-over per rollout", HAND_OVER)]
+    for number, phase in enumerate(plan.timeline, 1):
+        rows.append((f"{number}. {phase.name}", _gib(phase.total).strip()))
+        rows += [(f"   {name}", _gib(b)) for name, b in phase.parts.items()]
+        rows.append(("   verdict", verdict(phase.total, phase.budget)))
+    return _section("Colocated timeline per GPU", rows)
+
+
 def render_plan(plan: Plan) -> str:
     """Human-readable plan: Placement, Parallel layout, Batch arithmetic, Memory per trainer GPU,
-    Host RAM per node, Engine memory, Warnings. Contains no secrets (none are in the plan)."""
+    Host RAM per node, Engine memory, Colocated timeline per GPU, Warnings. Contains no secrets
+    (none are in the plan)."""
     warnings = [("warning", w) for w in plan.warnings] or [("warnings", "none")]
     parts = [_placement(plan), _layout(plan), _batch(plan), _trainer(plan), _host(plan), _engine(plan),
-             _section("Warnings", warnings)]
+             _timeline(plan), _section("Warnings", warnings)]
     return "\n\n".join(parts) + "\n"

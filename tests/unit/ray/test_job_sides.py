@@ -22,12 +22,13 @@ class Rollout:
     def engine_urls(self):
         return list(self.urls)
 
-    def onload(self):
+    def onload(self, tags=None):
         pass
 
 
 def _actor():
-    args = SimpleNamespace(debug_rollout_only=True, debug_train_only=False, use_fault_tolerance=True)
+    args = SimpleNamespace(debug_rollout_only=True, debug_train_only=False, use_fault_tolerance=True,
+                           colocate=False, offload_train=False, offload_rollout=False)
     actor = ActorSide(args, placement=(None, None))
     actor.group = Group()
     return actor

@@ -170,11 +170,20 @@ def test_offload_releases_and_onload_resumes_every_engine(manager):
         urls = ray.get(manager.engine_urls.remote())
         return [requests.get(f"{u}/get_server_info", timeout=10).json()["released"] for u in urls]
 
+    held = ray.get(manager.memory_occupation.remote())
+    assert held["held"]["weights"] > 0 and held["released"] == {}
     ray.get(manager.offload.remote())
     assert released() == [True, True]
+    occupation = ray.get(manager.memory_occupation.remote())
+    assert occupation["held"]["weights"] == 0
+    assert occupation["released"] == {"weights": 2, "kv_cache": 2, "cuda_graph": 2}
     assert ray.get(manager.check_engines.remote()) == 0  # offloaded engines are not "restarted"
-    ray.get(manager.onload.remote())
+    ray.get(manager.onload.remote(["weights"], all_back=False))  # weights back, KV cache not yet
+    assert released() == [True, True]
+    assert ray.get(manager.check_engines.remote()) == 0
+    ray.get(manager.onload.remote(["kv_cache", "cuda_graph"]))
     assert released() == [False, False]
+    assert ray.get(manager.memory_occupation.remote()) == held
 
 
 def test_existing_router_gets_the_engines_and_keeps_running(ray_cluster, args):

@@ -140,7 +140,7 @@ def test_release_and_resume_memory_keep_the_weights(url):
     before = _outputs(url)
     client.release_memory_occupation()
     assert client.get_server_info()["released"] is True
-    client.resume_memory_occupation(["weights", "kv_cache"])
+    client.resume_memory_occupation(["weights", "kv_cache", "cuda_graph"])
     assert client.get_server_info()["released"] is False
     assert _outputs(url) == before
 

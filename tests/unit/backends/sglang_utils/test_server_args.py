@@ -42,7 +42,7 @@ def test_qwen3_30b_a3b_recipe_fields():
 
 
 def test_random_seed_differs_per_engine():
-    args = _qwen_args("--seed", "7", "--rollout-num-gpus", "16")
+    args = _qwen_args("--seed", "7", "--actor-num-nodes", "2", "--rollout-num-gpus", "16")
     seeds = [_fields(args, engine_rank=rank)["random_seed"] for rank in range(2)]
     assert seeds == [7, 8]
 

@@ -54,15 +54,20 @@ def test_slime_defaults(base_argv):
     assert set(args.warnings) == {
         "--prompt-data not given: the data source must supply prompts itself",
         f"--hf-checkpoint {base_argv[6]} has no config.json: MODEL_ARGS not cross-checked",
-        "--colocate: weight sync into colocated SGLang engines (CUDA IPC) is not implemented in this "
-        "build; on GPUs drop --colocate or use --rollout-engine local",
     }
 
 
-def test_colocate_with_sglang_engines_is_refused(base_argv):
-    with pytest.raises(ArgumentError, match="--colocate with --rollout-engine sglang"):
-        parse_args(base_argv + ["--rollout-engine", "sglang"])
-    assert not any("--colocate" in w for w in parse_args(base_argv + ["--rollout-engine", "local"]).warnings)
+@pytest.mark.parametrize("engine", ["sglang", "local", "auto"])
+def test_colocate_is_accepted_with_every_engine_and_turns_the_hand_over_on(base_argv, engine):
+    args = parse_args(base_argv + ["--rollout-engine", engine])
+    assert args.offload_train and args.offload_rollout and args.rollout_num_gpus == 2
+    assert not any("--colocate" in w for w in args.warnings)
+
+
+def test_colocate_refuses_more_rollout_gpus_than_trainer_gpus(base_argv):
+    with pytest.raises(ArgumentError, match=r"--colocate with --rollout-num-gpus 4 > the trainer's GPUs .* = 2\)"):
+        parse_args(base_argv + ["--rollout-num-gpus", "4"])
+    assert parse_args(base_argv + ["--rollout-num-gpus", "2"]).rollout_num_gpus == 2
 
 
 def test_entry_is_stored_and_checked(base_argv):

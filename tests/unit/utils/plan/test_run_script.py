@@ -43,6 +43,26 @@ def test_dry_run_options_and_extra_flags():
     assert _line(out, "host verdict").startswith("OVER BUDGET")
 
 
+@pytest.mark.parametrize("fp8", ["0", "1"])
+def test_dry_run_with_sglang_engines_shows_the_colocated_hand_over(fp8):
+    proc = _dry_run("--rollout-engine", "sglang", FP8=fp8)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert _line(out, "mode").startswith("colocated")
+    assert "trainer offloads optimizer + grads -> engines resume weights" in _line(out, "hand-over per rollout")
+    phases = re.findall(r"^\s*\d\. (.*?)\s*: .*\n(?:.*\n)*?\s*verdict\s*: (.*)$", out, re.MULTILINE)
+    assert [name.split(" (")[0] for name, _ in phases] == ["train", "weight sync", "rollout"]
+    assert all(v.startswith("fits") and "of 80.0 GiB" in v for _, v in phases), phases
+    assert ("fp8" in _line(out, "weights per GPU")) == (fp8 == "1")
+
+
+def test_dry_run_on_four_gpus_is_refused_with_the_reason():
+    proc = _dry_run("--rollout-engine", "sglang", "--actor-num-gpus-per-node", "4")
+    assert proc.returncode != 0
+    assert ("--rollout-num-gpus 4 (with --colocate: the trainer's GPUs) is not divisible by "
+            "--rollout-num-gpus-per-engine 8") in proc.stderr
+
+
 def test_dry_run_exit_status_follows_train_py():
     proc = _dry_run("--tensor-model-parallel-size", "3")
     assert proc.returncode != 0
