@@ -7,13 +7,25 @@
 # Seen on 2 CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts; about 3.5
 # minutes from a fresh clone on idle cores (2.5 s per rollout), up to ~10 minutes on busy ones.
 #
+# TASK=odd_even picks the multi-token task instead: "<n> odd or even" -> "odd"/"even" and then
+# <|im_end|> (4 or 5 tokens), up to 8 response tokens, scored by the `char_match` reward (credit
+# per character and for stopping right after the word; a random model scores about 1/128), with
+# NUM_ROLLOUT 150 and LR 5e-3 by default. Its outputs default to runs/tiny-moe-cpu-odd_even.
+# The answer is learnt more slowly than parity: first the two words and the stop, then which one
+# (one sequence-level advantage is spread over 4-5 tokens). Seen in the plain GRPO loop (same
+# model, batch, lr 5e-3): mean reward 0.02 at start, 0.5 by step 55, 0.65-0.77 by step 90-100;
+# lr 2e-3 gave 0.65 at step 100, lr 1e-2 never learnt to stop. This script on busy shared cores:
+# 0.31 at rollout 50, 0.44 at rollout 95 (stopped there); it does not reach 0.9 in 10 minutes yet.
+#
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
 # (Megatron checkpoint, halfway and at the end).
-# Env: NUM_ROLLOUT (default 80) and LR (default 2e-3) override the schedule; DRY_RUN=1 only prints
-# train.py's plan; FP8=1 serves a block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as
-# --hf-checkpoint, as the FP8=1 GPU recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to train.py's flags. Re-running reuses the model,
-# data and torch_dist checkpoint already built (and starts training afresh unless --load is given).
+# Env: TASK (parity or odd_even), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
+# task and schedule (defaults for parity); DRY_RUN=1 only prints train.py's plan; FP8=1 serves a
+# block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as --hf-checkpoint, as the FP8=1 GPU
+# recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to
+# train.py's flags. Re-running reuses the model, data and torch_dist checkpoint already built (and
+# starts training afresh unless --load is given).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
@@ -24,17 +36,29 @@ cd "${REPO_DIR}"
 source scripts/lib/venv.sh
 ensure_venv
 
-RUN_DIR=${SLIME_RUN_DIR:-runs/tiny-moe-cpu}
+TASK=${TASK:-parity}
+# per task: reward type and response length (see the header)
+case "${TASK}" in
+   parity) RM_TYPE=math; MAX_RESPONSE_LEN=1; DEFAULT_RUN_DIR=runs/tiny-moe-cpu
+      DEFAULT_NUM_ROLLOUT=80; DEFAULT_LR=2e-3 ;;
+   odd_even) RM_TYPE=char_match; MAX_RESPONSE_LEN=8; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-odd_even
+      DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=5e-3 ;;
+   *) echo "TASK=${TASK}: expected parity or odd_even" >&2; exit 2 ;;
+esac
+RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
-NUM_ROLLOUT=${NUM_ROLLOUT:-80}
-LR=${LR:-2e-3}
+NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}
+LR=${LR:-${DEFAULT_LR}}
 DRY_RUN=${DRY_RUN:-0}
 
 if [ ! -f "${RUN_DIR}/hf/model.safetensors" ]; then
    python tools/make_tiny_model.py --output-dir "${RUN_DIR}/hf" --variant moe --seed 0
 fi
-if [ ! -f "${RUN_DIR}/data/eval.jsonl" ]; then
-   python tools/make_toy_data.py --output-dir "${RUN_DIR}/data" --seed 0 --num-train 4096
+# one data folder per task, so switching TASK with the same SLIME_RUN_DIR never reuses stale data
+DATA_DIR="${RUN_DIR}/data"
+[ "${TASK}" = "parity" ] || DATA_DIR="${RUN_DIR}/data-${TASK}"
+if [ ! -f "${DATA_DIR}/eval.jsonl" ]; then
+   python tools/make_toy_data.py --output-dir "${DATA_DIR}" --task "${TASK}" --seed 0 --num-train 4096
 fi
 
 HF_CHECKPOINT="${RUN_DIR}/hf"
@@ -63,24 +87,24 @@ CKPT_ARGS=(
 )
 
 ROLLOUT_ARGS=(
-   --prompt-data "${RUN_DIR}/data/train.jsonl"
+   --prompt-data "${DATA_DIR}/train.jsonl"
    --input-key prompt
    --label-key label
    --apply-chat-template
    --rollout-shuffle
-   --rm-type math
+   --rm-type "${RM_TYPE}"
    --num-rollout "${NUM_ROLLOUT}"
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   # one token: the answer; see the header
-   --rollout-max-response-len 1
+   # parity: one token, the answer; odd_even: the word and <|im_end|> (see the header)
+   --rollout-max-response-len "${MAX_RESPONSE_LEN}"
    --rollout-temperature 1.0
    --global-batch-size 256
 )
 
 EVAL_ARGS=(
    --eval-interval 10
-   --eval-prompt-data toy "${RUN_DIR}/data/eval.jsonl"
+   --eval-prompt-data toy "${DATA_DIR}/eval.jsonl"
 )
 
 PERF_ARGS=(
@@ -141,7 +165,7 @@ ARGS=(
    "${MISC_ARGS[@]}"
 )
 
-echo "[run-tiny-moe-cpu] model: ${HF_CHECKPOINT}  data: ${RUN_DIR}/data"
+echo "[run-tiny-moe-cpu] task: ${TASK}  model: ${HF_CHECKPOINT}  data: ${DATA_DIR}"
 if [ "${DRY_RUN}" = "1" ]; then
    # ---- train.py call, dry run: flags validated and the plan printed; no Ray, no training. ----
    python train.py "${ARGS[@]}" --dry-run "$@"

@@ -8,6 +8,13 @@ decode forward for all running requests, sample per request, and retire finished
 their slots free for the next step. `pause()` stops stepping (running requests wait, new ones
 queue); `abort()` finishes requests with finish reason abort and what they generated so far.
 Weight updates take `model_lock`, so they happen between steps.
+
+A step that raises (a failed forward, out of memory) ends the loop for good: `failure` keeps the
+cause, every request in flight (waiting, being admitted or running) ends with an error result
+`{"error": {"message", "code": 500}}`, and later submissions end at once with code 503. The HTTP
+layer answers those codes and reports the engine unhealthy; a supervisor (--use-fault-tolerance)
+restarts the process. SGLang's server dies outright when its scheduler raises; both are 5xx or
+unreachable to a client, and both fail the health check.
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ from slime.backends.local_engine.kv_batch import BatchKV
 from slime.backends.local_engine.sampling import SamplingParams, sample_next_tokens
 
 logger = logging.getLogger(__name__)
+
+
+def error_result(message: str, code: int) -> dict:
+    """The result handed to `Request.on_done` when a request cannot be served (HTTP status `code`)."""
+    return {"error": {"message": message, "code": code}}
 
 
 @dataclasses.dataclass
@@ -62,6 +74,8 @@ class Scheduler:
         self._paused = False
         self._held: set[str] = set()  # reasons the loop must not step (e.g. "released")
         self._stopped = False
+        self._admitting: list[Request] = []  # popped from waiting, not yet running (prefill in progress)
+        self.failure: str | None = None  # set once when a step raised; the loop has ended
         self._seed_source = torch.Generator().manual_seed(random_seed)
         self.eos_ids = self._eos_ids()
         self._thread = threading.Thread(target=self._loop, name="local-engine-scheduler", daemon=True)
@@ -95,8 +109,12 @@ class Scheduler:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
             req.generator = torch.Generator().manual_seed(seed)
         with self._cond:
-            self._waiting.append(req)
-            self._cond.notify_all()
+            failure = self.failure
+            if failure is None:
+                self._waiting.append(req)
+                self._cond.notify_all()
+        if failure is not None:
+            req.on_done(error_result(f"the engine is unhealthy (its scheduler failed: {failure})", 503))
 
     def pause(self) -> None:
         """Stop stepping after the current step: running requests wait, new requests queue."""
@@ -168,13 +186,31 @@ class Scheduler:
                 if self._stopped:
                     return
             with self.model_lock, torch.inference_mode():
-                self._admit()
-                if self._running:
-                    self._decode_step()
+                try:
+                    self._admit()
+                    if self._running:
+                        self._decode_step()
+                except Exception as exc:  # engine health: a failed step must not hang its requests
+                    logger.exception("local engine scheduler step failed; the engine is now unhealthy")
+                    self._fail(f"{type(exc).__name__}: {exc}")
+                    return
+
+    def _fail(self, cause: str) -> None:
+        """Record `cause`, end the loop's requests with an error (code 500) and refuse new ones."""
+        with self._cond:
+            self.failure = cause
+            # a request can be in both lists when the prefill raised after it joined the batch
+            doomed = list({id(r): r for r in [*self._waiting, *self._admitting, *self._running]}.values())
+            self._waiting.clear()
+            self._cond.notify_all()
+        self._admitting, self._running = [], []
+        self._kv.clear()
+        for req in doomed:
+            req.on_done(error_result(f"the engine's scheduler failed: {cause}", 500))
 
     def _admit(self) -> None:
         """Move waiting requests into the batch (up to max_running) with one batched prefill."""
-        admitted = []
+        admitted = self._admitting = []
         with self._cond:
             while self._waiting and not self.paused and len(self._running) + len(admitted) < self.max_running:
                 admitted.append(self._waiting.popleft())
@@ -186,7 +222,9 @@ class Scheduler:
             self._deliver(req)
         admitted = [r for r in admitted if r.params.max_new_tokens > 0]
         if admitted:
+            self._admitting = admitted
             self._prefill(admitted)
+            self._admitting = []
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device

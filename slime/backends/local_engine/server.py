@@ -59,6 +59,11 @@ def _resolver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
     return deliver
 
 
+def _server_error(message: str, status: int) -> JSONResponse:
+    """An engine-side failure, in the same body shape as a client error."""
+    return JSONResponse({"error": {"message": message}, "success": False, "message": message}, status_code=status)
+
+
 def _ok(message: str, **extra) -> JSONResponse:
     return JSONResponse({"success": True, "message": message, **extra})
 
@@ -95,12 +100,19 @@ def _generation_routes(engine: Engine) -> list:
             for req in reqs:
                 engine.scheduler.abort(rid=req.rid)
             raise
+        failed = next((r for r in results if "error" in r), None)
+        if failed is not None:  # the scheduler failed (500) or had failed before (503)
+            return _server_error(failed["error"]["message"], failed["error"]["code"])
         return JSONResponse(results if batch else results[0])
 
     async def health(_request: HTTPRequest):
+        if engine.scheduler.failure is not None:  # SGLang answers 503 when unhealthy
+            return _server_error(f"unhealthy: {engine.scheduler.failure}", 503)
         return JSONResponse({"status": "ok"})
 
     async def health_generate(_request: HTTPRequest):
+        if engine.scheduler.failure is not None:
+            return _server_error(f"unhealthy: {engine.scheduler.failure}", 503)
         if engine.scheduler.paused:  # generation is held on purpose; the engine itself is alive
             return JSONResponse({"status": "ok", "paused": True})
         loop = asyncio.get_running_loop()
@@ -108,7 +120,9 @@ def _generation_routes(engine: Engine) -> list:
         reqs, _ = engine.parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
                                         lambda _i: _resolver(loop, fut))
         engine.scheduler.submit(reqs[0])
-        await fut
+        result = await fut
+        if "error" in result:
+            return _server_error(result["error"]["message"], 503)
         return JSONResponse({"status": "ok"})
 
     return [("/generate", ["POST"], generate), ("/health", ["GET"], health),

@@ -18,6 +18,7 @@ import random
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable
 
+from slime.rollout.rm_hub.char_match import char_match_score
 from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
 from slime.rollout.rm_hub.f1 import grade_f1
 from slime.rollout.rm_hub.gpqa import grade_gpqa
@@ -64,6 +65,14 @@ async def _remote_grader(args, sample, text: str, *, answer_only: bool, **kwargs
     return await remote_rm(args, sample, response=text, **kwargs)
 
 
+async def _char_match_grader(args, sample, text: str, *, answer_only: bool, **kwargs) -> float:
+    """Per-character credit against the label, plus the stop after the answer (not for boxed_)."""
+    if kwargs:
+        raise TypeError(f"rm_type 'char_match' takes no options, got {sorted(kwargs)}")
+    stopped = None if answer_only else sample.status == sample.Status.COMPLETED
+    return char_match_score(text, sample.label, stopped)
+
+
 def _plain(fn: Callable[[str, Any], Any]) -> LocalFn:
     """Adapt `fn(text, label)` to the `(text, label, metadata)` scorer signature."""
     return lambda text, label, _metadata: fn(text, label)
@@ -80,6 +89,7 @@ REWARD_TYPES: MappingProxyType[str, Grader] = MappingProxyType(
         "gpqa": _local("gpqa", grade_gpqa, grade_gpqa),
         "remote_rm": _remote_grader,
         "random": _random_grader,
+        "char_match": _char_match_grader,
     }
 )
 

@@ -33,3 +33,27 @@ def test_dry_run_builds_once_and_validates(repo_root, tmp_path):
     second = run()
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert {p: p.stat().st_mtime_ns for p in built} == built  # nothing rebuilt
+
+
+def test_odd_even_task_dry_run_uses_its_own_data_and_reward(repo_root, tmp_path):
+    if not _venv_current(repo_root):
+        pytest.skip(".venv is missing or older than setup.py; run scripts/test.sh to refresh it")
+    env = {**os.environ, "SLIME_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1", "TASK": "odd_even"}
+    out = subprocess.run(["bash", str(repo_root / "scripts/run-tiny-moe-cpu.sh")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "task: odd_even" in out.stdout and "dry run done" in out.stdout
+    rows = (tmp_path / "run" / "data-odd_even" / "train.jsonl").read_text().splitlines()
+    assert rows and all('"label": "odd"' in r or '"label": "even"' in r for r in rows)
+    assert not (tmp_path / "run" / "data").exists()  # the parity data folder is not touched
+
+
+def test_unknown_task_is_refused_before_any_work(repo_root, tmp_path):
+    env = {**os.environ, "SLIME_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1", "TASK": "nope",
+           "PATH": os.environ["PATH"]}
+    if not _venv_current(repo_root):
+        pytest.skip(".venv is missing or older than setup.py; run scripts/test.sh to refresh it")
+    out = subprocess.run(["bash", str(repo_root / "scripts/run-tiny-moe-cpu.sh")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "TASK=nope" in out.stderr
+    assert not (tmp_path / "run" / "hf").exists()

@@ -1,0 +1,38 @@
+"""The `char_match` reward: per-position credit plus the stop, hand-computed."""
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from slime.rollout.rm_hub import async_rm
+from slime.rollout.rm_hub.char_match import char_match_score
+from slime.utils.types import Sample
+
+
+@pytest.mark.parametrize(
+    "text, label, stopped, expected",
+    [
+        ("odd", "odd", True, 1.0),  # exact word, then end of turn
+        ("odd", "odd", False, 3 / 4),  # cut at the length limit: no credit for the stop
+        ("odd", "even", True, 0 / 5),  # o/e d/v d/e, missing n, stopped too early
+        ("evex", "even", True, 4 / 5),  # wrong last character; the stop at position 5 still counts
+        ("eveneven", "even", False, 4 / 9),  # rambling past the answer dilutes the credit
+        ("", "odd", True, 0.0),  # stopped at once
+        ("ev", "even", True, 2 / 5),
+        ("odd", "odd", None, 1.0),  # stop left out (boxed_)
+        ("od", "odd", None, 2 / 3),
+    ],
+)
+def test_score(text, label, stopped, expected):
+    assert char_match_score(text, label, stopped) == pytest.approx(expected)
+
+
+def test_registered_reward_reads_the_stop_from_the_sample_status():
+    args = SimpleNamespace(rm_type="char_match", custom_rm_path=None, group_rm=False, rm_url=None, reward_key=None)
+
+    def reward(status):
+        return asyncio.run(async_rm(args, Sample(response="even", label="even", status=status)))
+
+    assert reward(Sample.Status.COMPLETED) == 1.0
+    assert reward(Sample.Status.TRUNCATED) == pytest.approx(4 / 5)
