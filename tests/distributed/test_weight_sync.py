@@ -30,6 +30,7 @@ from slime.backends.megatron_utils.update_weight import (
 from slime.backends.megatron_utils.weight_export import bucket_by_bytes
 from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
+from tests.unit.backends.megatron_utils.spawn_util import spawn_until_exit
 
 pytestmark = pytest.mark.distributed
 
@@ -165,7 +166,7 @@ def _colocated_worker(rank: int, world: int, port: int, urls: list, named: dict,
 
 def test_colocated_sender_gathers_per_engine(engines, tiny_moe_hf, tmp_path):
     named = perturbed(tiny_moe_hf, tmp_path / "new", seed=4)
-    mp.spawn(_colocated_worker, args=(2, free_port(), engines, named, str(tmp_path)), nprocs=2, join=True)
+    spawn_until_exit(_colocated_worker, (2, free_port(), engines, named, str(tmp_path)), nprocs=2)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["a"] for r in results] == ["ok", "ok"] and [r["b"] for r in results] == ["ok", "ok"]
     assert "no_such_weight" in results[0]["c"] and "no_such_weight" in results[1]["c"], results

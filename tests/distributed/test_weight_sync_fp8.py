@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
@@ -38,6 +37,7 @@ from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
 from slime.utils.fp8 import fp8_config_from_hf, quantize_named
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
 from tests.unit.backends.local_engine.conftest import hf_logprobs, write_dequantized_copy
+from tests.unit.backends.megatron_utils.spawn_util import spawn_until_exit
 
 pytestmark = pytest.mark.distributed
 
@@ -90,8 +90,8 @@ def _worker(rank: int, world: int, port: int, plain_dir: str, fp8_dir: str, urls
 @pytest.fixture(scope="module")
 def synced(engines, tiny_moe_hf, tiny_moe_fp8_hf, tmp_path_factory):
     out = tmp_path_factory.mktemp("fp8_sync")
-    mp.spawn(_worker, args=(2, free_port(), str(tiny_moe_hf), str(tiny_moe_fp8_hf), engines, str(out)),
-             nprocs=2, join=True)
+    spawn_until_exit(_worker, (2, free_port(), str(tiny_moe_hf), str(tiny_moe_fp8_hf), engines, str(out)),
+                     nprocs=2)
     return out
 
 

@@ -30,3 +30,21 @@ def spawn(fn, world_size: int, out_dir, **kwargs) -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     mp.spawn(_entry, args=(fn, world_size, free_port(), str(out_dir), kwargs), nprocs=world_size)
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+def spawn_until_exit(fn, args: tuple, nprocs: int, poll_s: float = 0.2) -> None:
+    """`torch.multiprocessing.spawn(fn, args, nprocs)`, waiting for the processes to exit rather
+    than for their sentinel pipes to close; raises if any rank exited non-zero.
+
+    A rank that shares CPU tensors with the "file_system" strategy (the colocated weight sender on
+    CPU) starts a torch_shm_manager, which inherits the rank's open descriptors, its sentinel pipe
+    among them, and lives while a receiver (a long-lived engine) still maps its memory: the
+    sentinel-based `spawn(join=True)` then waits forever after every rank has exited."""
+    import time
+
+    context = mp.spawn(fn, args=args, nprocs=nprocs, join=False)
+    while any(p.is_alive() for p in context.processes):  # waitpid, not the sentinel
+        time.sleep(poll_s)
+    failed = {rank: p.exitcode for rank, p in enumerate(context.processes) if p.exitcode != 0}
+    if failed:
+        raise RuntimeError(f"spawned rank(s) exited with {failed} (their tracebacks are in the output above)")
