@@ -34,11 +34,12 @@ SECRET = "wandb-SECRET-not-for-logs-42"
 
 
 # ----- hooks the trainer loads through --custom-megatron-before-train-step-hook-path ----------
-def exit_rank1_at_step1(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
-    """Rank 1's process dies (no cleanup, like a segfault or an OOM kill) before step 1."""
+def exit_rank1_at_rollout1(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """Rank 1's process dies (no cleanup, like a segfault or an OOM kill) before rollout 1's first
+    step (slime's step_id counts steps within a rollout)."""
     import torch.distributed as dist
 
-    if dist.get_rank() == 1 and step_id >= 1:
+    if dist.get_rank() == 1 and rollout_id >= 1:
         os._exit(1)
 
 
@@ -162,7 +163,7 @@ def wait_for_line(proc: subprocess.Popen, log_path: Path, needle: str, timeout: 
 
 # ----- tests -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("hook, cause", [
-    ("exit_rank1_at_step1", "rank 1 died"),
+    ("exit_rank1_at_rollout1", "rank 1 died"),
     ("raise_on_rank1_at_step0", "rank 1 raised: ValueError: injected failure on purpose"),
 ])
 def test_trainer_rank_failure_ends_job(tiny, tmp_path, hook, cause):
