@@ -23,13 +23,11 @@ import functools
 import importlib
 import importlib.util
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from slime.utils.arguments.common import ArgumentError
 
-logger = logging.getLogger(__name__)
 
 PINNED_SGLANG_VERSION = "0.5.23"
 FALLBACK_FILE = Path(__file__).with_name("sglang_server_args.json")
@@ -107,10 +105,11 @@ def _live() -> tuple[str, tuple[dict, ...]] | None:
         return None
     try:
         module = importlib.import_module("sglang.srt.server_args")
-        version = importlib.import_module("sglang").__version__
-    except ImportError as error:  # sglang present but its GPU dependencies are not
-        logger.warning("sglang.srt.server_args does not import (%s); using %s", error, FALLBACK_FILE.name)
-        return None
+    except ImportError as error:  # installed but broken: its flags would silently be a stale table's
+        raise ImportError(f"sglang is installed but sglang.srt.server_args does not import ({error}); "
+                          "install sglang with its dependencies (pip install sglang) or uninstall it "
+                          f"to use the pinned option table {FALLBACK_FILE.name}") from error
+    version = importlib.import_module("sglang").__version__
     return version, tuple(entries_from_parser(sglang_parser(module)))
 
 
