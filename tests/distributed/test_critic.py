@@ -1,6 +1,7 @@
 """The PPO critic on gloo ranks: the value model starts from the actor's torch_dist checkpoint
 (every weight but the value head), its values and value-loss steps agree between one rank and
-TP=2 with sequence parallelism (the head's gather), and its loss falls on a fixed batch."""
+TP=2 with sequence parallelism (the head's gather), its loss falls on a fixed batch, and a critic
+resumed from its --critic-save checkpoint gives the saved critic's values."""
 
 import json
 from pathlib import Path
@@ -41,6 +42,14 @@ def _critic_worker(rank: int, world: int, port: int, hf_dir: str, ref_dir: str, 
         data["values"] = critic.compute_values(data)
         metrics = critic.train(step, data)
         results.append({"values": [v.tolist() for v in data["values"]], "metrics": metrics})
+    if args.critic_save:  # resume: a new critic from the checkpoint sees what the trained one sees
+        critic.save(STEPS - 1)
+        args.critic_load = args.critic_save
+        resumed = MegatronCritic(args)
+        assert resumed.load_initial_state() == STEPS
+        data = fixed_rollout_data()
+        results.append({"trained": [v.tolist() for v in critic.compute_values(data)],
+                        "resumed": [v.tolist() for v in resumed.compute_values(data)]})
     if rank == 0:
         Path(out).write_text(json.dumps(results))
     destroy_parallel()
@@ -54,7 +63,9 @@ def _run(hf_dir, ref_dir, world: int, extra: list[str], out: Path) -> list[dict]
 
 def test_critic_layouts_agree_and_value_loss_falls(tiny_moe_hf, tmp_path):
     ref = convert_checkpoint(tiny_moe_hf, tmp_path / "torch_dist")
-    one = _run(tiny_moe_hf, ref, 1, [], tmp_path / "one.json")
+    one = _run(tiny_moe_hf, ref, 1, ["--critic-save", str(tmp_path / "critic")], tmp_path / "one.json")
+    resume = one.pop()
+    assert resume["resumed"] == resume["trained"]
     two = _run(tiny_moe_hf, ref, 2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"],
                tmp_path / "tp2.json")
     for step, (a, b) in enumerate(zip(one, two)):
