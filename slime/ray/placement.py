@@ -1,8 +1,9 @@
 """One Ray placement group for the whole job, a bundle per device, sorted by (node, device).
 
 Colocated (`--colocate`): trainer and engines share the first max(actor, rollout) bundles.
-Disaggregated: actor bundles first, then the critic's (`--advantage-estimator ppo`), then rollout bundles. On a machine without GPUs a bundle is
-one CPU "rank" (a logical CPU of Ray's), so the same layout runs on a laptop.
+Disaggregated: actor bundles first, then the critic's (`--advantage-estimator ppo`), then rollout
+bundles. On a machine without GPUs a bundle is one CPU "rank" (a logical CPU of Ray's), so the
+same layout runs on a laptop.
 Bundles are ordered by the node IP, node id and device id an actor inside each bundle reports,
 so rank r of the trainer sits on a predictable device across nodes.
 """
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from slime.utils.arguments.critic import critic_world_size
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +33,6 @@ class PlacementPlan:
 
     @classmethod
     def from_args(cls, args) -> "PlacementPlan":
-        from slime.utils.arguments.critic import critic_world_size
-
         actor = args.actor_num_nodes * args.actor_num_gpus_per_node
         rollout = 0 if getattr(args, "debug_train_only", False) else (args.rollout_num_gpus or 0)
         if getattr(args, "debug_rollout_only", False):
