@@ -9,8 +9,8 @@ from tests.e2e.runner import grpo_argv, rollout_rows, run_train
 
 pytestmark = pytest.mark.e2e
 
-NUM_ROLLOUT = 5
-CRITIC_ONLY = 2
+NUM_ROLLOUT = 4
+CRITIC_ONLY = 1
 
 
 def test_ppo_critic_trains_then_the_actor(e2e_inputs, tmp_path):
