@@ -133,7 +133,8 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
         sample.status = Sample.Status.TRUNCATED
         return sample
     payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
-                                       return_logprob=True)
+                                       return_logprob=True,
+                                       return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
     output = await _send_generate(args, client, payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
@@ -147,6 +148,9 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     sample.prefix_cache_info.add(meta)
     sample.spec_info.add(meta)
     sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
+    if payload.get("return_routed_experts"):  # the whole sequence's routing replaces an earlier turn's
+        sample.rollout_routed_experts = None
+        append_routed_experts(sample, args, meta)
     return sample
 
 

@@ -89,4 +89,26 @@ def validate(args: argparse.Namespace) -> list[str]:
             f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
     if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:
         warnings.append("--use-kl-loss / --kl-coef without --ref-load: the reference model starts from --load")
+    _validate_routing_replay(args)
     return warnings
+
+
+# ---- MoE routing replay (R3) ---------------------------------------------------------------------
+def _validate_routing_replay(args: argparse.Namespace) -> None:
+    """--use-rollout-routing-replay implies --use-routing-replay (as in slime) and asks the SGLang
+    engines for their routed experts (--sglang-enable-return-routed-experts); both need an MoE model
+    and no full activation recompute (a recomputed router would not replay); --use-routing-replay
+    alone records the routing in the old log-prob pass, which --use-rollout-logprobs skips."""
+    if not (args.use_routing_replay or args.use_rollout_routing_replay):
+        return
+    flag = "--use-rollout-routing-replay" if args.use_rollout_routing_replay else "--use-routing-replay"
+    require(bool(getattr(args, "num_experts", None)), f"{flag} needs a mixture-of-experts model (--num-experts)")
+    require(getattr(args, "recompute_granularity", None) != "full",
+            f"{flag} does not support --recompute-granularity full (the recomputed router would not replay)")
+    if args.use_rollout_routing_replay:
+        args.use_routing_replay = True
+        args.sglang_enable_return_routed_experts = True
+    else:
+        require(not args.use_rollout_logprobs,
+                "--use-routing-replay records the routing in the old log-prob pass, which --use-rollout-logprobs "
+                "skips; use --use-rollout-routing-replay to replay the engines' routing instead")
