@@ -92,11 +92,18 @@ def _sorted(a):
     return np.sort(np.asarray(a), axis=-1)
 
 
-def test_replay_under_tp2_sp_ep2_follows_the_engine_token_for_token(engines, tiny_moe_hf, tmp_path):
+@pytest.fixture(scope="module")
+def tp2_sp_ep2(engines, tiny_moe_hf, tmp_path_factory):
     data, same = engines
     extra = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
              "--expert-tensor-parallel-size", "1"]
-    ranks = spawn(_worker, 2, tmp_path, hf_dir=str(tiny_moe_hf), extra=extra, data=data, same=same)
+    return spawn(_worker, 2, tmp_path_factory.mktemp("r3_tp2"), hf_dir=str(tiny_moe_hf), extra=extra, data=data,
+                 same=same)
+
+
+def test_replay_under_tp2_sp_ep2_follows_the_engine_token_for_token(engines, tp2_sp_ep2):
+    data, same = engines
+    ranks = tp2_sp_ep2
     for r in ranks:  # each TP rank's share of the row, gathered: the trainer routes as the engine
         for rec, eng, tokens in zip(r["recorded"], same, data["tokens"]):
             assert np.array_equal(_sorted(rec[:len(tokens) - 1]), _sorted(eng)), "trainer and engine route differently"
@@ -111,3 +118,14 @@ def test_replay_under_tp2_sp_ep2_follows_the_engine_token_for_token(engines, tin
     assert replay_gap < own_gap
     want = _sample_mean_gap(out["replayed"], data["rollout_log_probs"])  # the step's old log-probs were replayed
     assert out["metrics"]["train/train_rollout_logprob_abs_diff"] == pytest.approx(want, rel=1e-4, abs=1e-7)
+
+
+def test_full_recompute_replays_the_same_routing_in_backward(engines, tp2_sp_ep2, tiny_moe_hf, tmp_path):
+    """With --recompute-granularity full each layer's forward runs again inside backward: its router
+    must take that micro-batch's replayed indices again (megatron's REPLAY_BACKWARD queue), so the
+    step equals the one without recompute (the TP2/SP/EP2 run; layouts agree: test_megatron_train)."""
+    data, same = engines
+    extra = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    one = spawn(_worker, 1, tmp_path, hf_dir=str(tiny_moe_hf), extra=extra, data=data, same=same)[0]
+    for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/train_rollout_logprob_abs_diff"):
+        assert one["metrics"][key] == pytest.approx(tp2_sp_ep2[0]["metrics"][key], rel=1e-5, abs=1e-6), key

@@ -27,44 +27,67 @@ REPLAY_KEY = "replay_routed_experts"  # rollout_data key of the per-sample routi
 
 
 def model_routers(model) -> list[tuple[int, object]]:
-    """(0-based global layer index, RouterReplay) of every router of `model` (this PP stage)."""
+    """(0-based global layer index, TopKRouter) of every router of `model` (this PP stage) that
+    has a RouterReplay."""
     from megatron.core.transformer.moe.router import TopKRouter
 
-    return [(m.layer_number - 1, m.router_replay) for m in model.modules()
+    return [(m.layer_number - 1, m) for m in model.modules()
             if isinstance(m, TopKRouter) and getattr(m, "router_replay", None) is not None]
+
+
+def _replay_where_called(router, inputs) -> None:
+    """Forward pre-hook: a replaying router that runs inside autograd's backward (activation
+    recompute) takes the next indices of the backward queue (REPLAY_BACKWARD, first in first out,
+    the order the schedule runs backward passes in), otherwise the current forward's."""
+    from megatron.core.transformer.moe.router_replay import RouterReplayAction
+
+    replay = router.router_replay
+    if replay.router_replay_action in (RouterReplayAction.REPLAY_FORWARD, RouterReplayAction.REPLAY_BACKWARD):
+        in_backward = torch._C._current_graph_task_id() != -1
+        replay.set_router_replay_action(RouterReplayAction.REPLAY_BACKWARD if in_backward
+                                        else RouterReplayAction.REPLAY_FORWARD)
+
+
+def reset(model) -> None:
+    """Before a schedule run: empty every router's indices and backward queue."""
+    for _, router in model_routers(model):
+        router.router_replay.clear_indices()
 
 
 def set_replay(model, routing: torch.Tensor | None) -> None:
     """Before a forward: every router of `model` replays `routing` [tokens, num_layers, topk]
-    (this rank's tokens, in the order the router sees them), or routes itself when None."""
+    (this rank's tokens, in the order the router sees them), or routes itself when None. The
+    indices also join the router's backward queue for a recompute of this forward."""
     from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
-    for layer, replay in model_routers(model):
-        replay.clear_indices()  # also empties the backward list that set_target_indices grows
+    for layer, router in model_routers(model):
+        replay = router.router_replay
         if routing is None:
             replay.clear_router_replay_action()
-        else:
-            replay.set_target_indices(routing[:, layer].to(torch.long))
-            replay.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+            continue
+        if getattr(router, "_slime_replay_hook", None) is None:
+            router._slime_replay_hook = router.register_forward_pre_hook(_replay_where_called)
+        replay.set_target_indices(routing[:, layer].to(torch.long))
+        replay.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
 
 
 def set_record(model) -> None:
     """Before a forward: every router of `model` routes itself and keeps its top-k indices."""
     from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
-    for _, replay in model_routers(model):
-        replay.clear_indices()
-        replay.set_router_replay_action(RouterReplayAction.RECORD)
+    for _, router in model_routers(model):
+        router.router_replay.clear_indices()
+        router.router_replay.set_router_replay_action(RouterReplayAction.RECORD)
 
 
 def recorded(model, num_layers: int, topk: int) -> torch.Tensor:
     """After a recording forward: [tokens, num_layers, topk] indices this rank's routers chose
     (layers of other pipeline stages, and dense layers, stay filler)."""
     routers = model_routers(model)
-    tokens = routers[0][1].get_recorded_indices().shape[0]
+    tokens = routers[0][1].router_replay.get_recorded_indices().shape[0]
     out = _filler(tokens, num_layers, topk)
-    for layer, replay in routers:
-        out[:, layer] = replay.get_recorded_indices().to(torch.int32).cpu()
+    for layer, router in routers:
+        out[:, layer] = router.router_replay.get_recorded_indices().to(torch.int32).cpu()
     return out
 
 

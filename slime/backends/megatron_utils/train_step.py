@@ -105,6 +105,9 @@ def run_schedule(model: list, micro_batches: list[MicroBatch], loss_fn: Callable
 
     if not micro_batches:
         return []
+    if any(mb.routing_mode is not None for mb in micro_batches):
+        for chunk in model:
+            routing_replay.reset(chunk)
     # megatron divides seq_length by the CP size (and TP under SP) for pipeline messages
     seq_len = max(mb.packed.num_tokens * mb.packed.cp_size for mb in micro_batches)
     return get_forward_backward_func()(

@@ -96,15 +96,13 @@ def validate(args: argparse.Namespace) -> list[str]:
 # ---- MoE routing replay (R3) ---------------------------------------------------------------------
 def _validate_routing_replay(args: argparse.Namespace) -> None:
     """--use-rollout-routing-replay implies --use-routing-replay (as in slime) and asks the SGLang
-    engines for their routed experts (--sglang-enable-return-routed-experts); both need an MoE model
-    and no full activation recompute (a recomputed router would not replay); --use-routing-replay
-    alone records the routing in the old log-prob pass, which --use-rollout-logprobs skips."""
+    engines for their routed experts (--sglang-enable-return-routed-experts); both need an MoE model;
+    --use-routing-replay alone records the routing in the old log-prob pass, which
+    --use-rollout-logprobs skips."""
     if not (args.use_routing_replay or args.use_rollout_routing_replay):
         return
     flag = "--use-rollout-routing-replay" if args.use_rollout_routing_replay else "--use-routing-replay"
     require(bool(getattr(args, "num_experts", None)), f"{flag} needs a mixture-of-experts model (--num-experts)")
-    require(getattr(args, "recompute_granularity", None) != "full",
-            f"{flag} does not support --recompute-granularity full (the recomputed router would not replay)")
     if args.use_rollout_routing_replay:
         args.use_routing_replay = True
         args.sglang_enable_return_routed_experts = True

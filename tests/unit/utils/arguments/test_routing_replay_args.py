@@ -20,8 +20,6 @@ def test_routing_replay_alone_leaves_the_engines_alone(base_argv):
 
 @pytest.mark.parametrize("extra,flags", [
     (["--use-rollout-routing-replay"], ["--use-rollout-routing-replay", "--num-experts"]),
-    (MOE + ["--use-routing-replay", "--recompute-granularity", "full"],
-     ["--use-routing-replay", "--recompute-granularity full"]),
     (MOE + ["--use-routing-replay", "--use-rollout-logprobs"],
      ["--use-routing-replay", "--use-rollout-logprobs", "--use-rollout-routing-replay"]),
 ])
