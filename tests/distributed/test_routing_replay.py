@@ -122,10 +122,13 @@ def test_replay_under_tp2_sp_ep2_follows_the_engine_token_for_token(engines, tp2
 
 def test_full_recompute_replays_the_same_routing_in_backward(engines, tp2_sp_ep2, tiny_moe_hf, tmp_path):
     """With --recompute-granularity full each layer's forward runs again inside backward: its router
-    must take that micro-batch's replayed indices again (megatron's REPLAY_BACKWARD queue), so the
-    step equals the one without recompute (the TP2/SP/EP2 run; layouts agree: test_megatron_train)."""
+    must take that micro-batch's replayed indices again (megatron's REPLAY_BACKWARD queue). Under
+    PP2's 1F1B schedule a stage runs the next micro-batch's forward before this one's backward, so
+    the current forward's indices would be the wrong ones; the step must equal the one without
+    recompute (the TP2/SP/EP2 run; layouts agree: test_megatron_train)."""
     data, same = engines
-    extra = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    one = spawn(_worker, 1, tmp_path, hf_dir=str(tiny_moe_hf), extra=extra, data=data, same=same)[0]
+    extra = ["--pipeline-model-parallel-size", "2",
+             "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    pp2 = spawn(_worker, 2, tmp_path, hf_dir=str(tiny_moe_hf), extra=extra, data=data, same=same)
     for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/train_rollout_logprob_abs_diff"):
-        assert one["metrics"][key] == pytest.approx(tp2_sp_ep2[0]["metrics"][key], rel=1e-5, abs=1e-6), key
+        assert pp2[0]["metrics"][key] == pytest.approx(tp2_sp_ep2[0]["metrics"][key], rel=1e-5, abs=1e-6), key

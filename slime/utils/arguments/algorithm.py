@@ -50,9 +50,10 @@ def _add_correction(group) -> None:
     group.add_argument("--num-critic-only-steps", type=int, default=0,
                        help="Rollouts at the start that train only the critic (ppo).")
     group.add_argument("--use-routing-replay", action="store_true", default=False,
-                       help="Replay the MoE routing of the log-prob pass in the training pass.")
+                       help="Replay the MoE routing of the old log-prob pass in the training passes.")
     group.add_argument("--use-rollout-routing-replay", action="store_true", default=False,
-                       help="Replay the engines' MoE routing (rollout_routed_experts) in training.")
+                       help="R3: replay the engines' MoE routing (rollout_routed_experts) in every actor forward; "
+                       "implies --use-routing-replay and --sglang-enable-return-routed-experts.")
     group.add_argument("--custom-loss-function-path", type=str, default=None,
                        help="fn(args, batch, logits, sum_of_sample_mean) -> (loss, log_dict); --loss-type custom_loss.")
     group.add_argument("--custom-advantage-function-path", type=str, default=None,
