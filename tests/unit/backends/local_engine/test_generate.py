@@ -157,6 +157,8 @@ BAD = [
     (json.dumps({"input_ids": [1, 999]}), "input_ids"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"no_such_param": 1}}), "no_such_param"),
     (json.dumps({"input_ids": [1, 2], "stream": True}), "stream"),
+    (json.dumps({"input_ids": [1, 2], "return_routed_experts": True, "routed_experts_start_len": 3}),
+     "routed_experts_start_len"),
 ]
 
 
