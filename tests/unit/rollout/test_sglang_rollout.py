@@ -233,3 +233,16 @@ def test_generate_and_rm_with_slimes_signature(args):
     group = [Sample(prompt="3 mod 2", index=i, label="1") for i in range(2)]
     out = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, params, evaluation=True))
     assert [s.index for s in out] == [0, 1] and all(s.reward is not None for s in out)
+
+
+def test_generate_keeps_the_engines_routed_experts_with_r3(args):
+    """--use-rollout-routing-replay: /generate asks for routed experts (through the router) and the
+    sample keeps them as [len(tokens) - 1, num_layers, topk] (SGLang's rows: every fed token)."""
+    import numpy as np
+
+    args.use_rollout_routing_replay = True
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 2}
+    sample = asyncio.run(sglang_rollout.generate(args, Sample(prompt="12 mod 2", index=0), params))
+    routed = np.asarray(sample.rollout_routed_experts)
+    assert routed.shape == (len(sample.tokens) - 1, args.num_layers, args.moe_router_topk)
+    assert routed.min() >= 0 and routed.max() < args.num_experts
