@@ -135,12 +135,16 @@ class MegatronTrainer:
     def _logprob_kw(self, with_entropy: bool) -> dict:
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
                     with_entropy=with_entropy, vocab_size=self.args.vocab_size,
-                    cp_group=_mpu().get_context_parallel_group())
+                    cp_group=_mpu().get_context_parallel_group(), chunk_size=self.args.log_probs_chunk_size)
 
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
-        """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""
+        """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
+        `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
+        and the advantages read it)."""
         n = len(rollout_data["tokens"])
-        if self.args.use_rollout_logprobs:
+        if self.args.disable_compute_advantages_and_returns:
+            pass
+        elif self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
             got = self.compute_log_prob(rollout_data, mine)
@@ -155,7 +159,7 @@ class MegatronTrainer:
     def _fill_advantages(self, rollout_data: dict, mine: list[int]) -> None:
         """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
         computes the loss). `--custom-advantage-function-path` replaces the estimator."""
-        if not _mpu().is_pipeline_last_stage():
+        if not _mpu().is_pipeline_last_stage() or self.args.disable_compute_advantages_and_returns:
             return
         if self.args.custom_advantage_function_path:
             call_custom_advantage(load_function(self.args.custom_advantage_function_path), self.args, rollout_data)
@@ -242,6 +246,7 @@ class MegatronTrainer:
         mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys)
         scale, norm = self._loss_scale(rollout_data, step, len(mbs))
         loss_fn = partial(ts.train_loss_fn, compute_loss=self._compute_loss, scale=scale,
+                          check_finite=args.check_for_nan_in_loss_and_grad,
                           **self._logprob_kw(with_entropy=True))  # entropy is always reported
         for model in state.model:
             model.zero_grad_buffer()
