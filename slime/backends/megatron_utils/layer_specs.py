@@ -149,7 +149,7 @@ def load_layer_spec(spec: list[str], args, config, vp_stage=None):
     if not hasattr(module, attr):
         raise AttributeError(f"{where}: module {module_name!r} has no attribute {attr!r}")
     target = getattr(module, attr)
-    if callable(target):
+    if callable(target) and not isinstance(target, (ModuleSpec, TransformerBlockSubmodules)):
         try:
             target = target(args, config, vp_stage)
         except Exception as error:
