@@ -52,7 +52,8 @@ def test_grpo_step_moves_log_probs_with_advantages(tiny_moe_hf, tmp_path):
 def test_sft_steps_lower_the_masked_nll(tiny_dense_hf, tmp_path):
     """slime's SFT path: --loss-type sft_loss with --disable-compute-advantages-and-returns trains
     on the masked tokens' NLL (no advantages, no old-policy pass, no policy-loss metrics)."""
-    sft = ["--loss-type", "sft_loss", "--disable-compute-advantages-and-returns", "--calculate-per-token-loss"]
+    sft = ["--loss-type", "sft_loss", "--disable-compute-advantages-and-returns", "--calculate-per-token-loss",
+           "--data-pad-size-multiplier", "4"]  # rows padded to multiples of 4: a separate segment
     metrics = train_metrics(tiny_dense_hf, 1, sft, tmp_path, rollouts=2, tag="sft")
     losses = [m["train/loss"] for m in metrics]
     assert losses[0] > losses[1] > 0, losses

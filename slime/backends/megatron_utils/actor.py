@@ -11,6 +11,7 @@ forward-backward schedule and step the optimizer and LR schedule. Every rank rec
 from __future__ import annotations
 
 import logging
+import math
 import time
 from functools import partial
 
@@ -76,7 +77,10 @@ class MegatronTrainer:
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
-        pad = mpu.get_tensor_model_parallel_world_size() if self.state.config.sequence_parallel else 1
+        tp = mpu.get_tensor_model_parallel_world_size()
+        pad = tp if self.state.config.sequence_parallel else 1
+        if args.data_pad_size_multiplier:  # slime's row padding to TP x multiplier
+            pad = math.lcm(pad, tp * args.data_pad_size_multiplier)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         groups = [[indices[j] for j in g] for g in groups if g]
         lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])

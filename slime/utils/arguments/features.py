@@ -93,10 +93,24 @@ def _add_slime(group) -> None:
     add("--log-probs-chunk-size", type=int, default=-1,
         help="Compute log-probs and entropy over the vocabulary this many tokens at a time, bounding the "
              "fp32 [tokens, vocab] temporaries of one micro-batch (-1: all tokens at once).")
-    add("--data-pad-size-multiplier", type=int, default=128,
-        help="slime pads packed micro-batches to a multiple of TP x this for its THD kernels; this trainer "
-             "pads each row to a multiple of TP (sequence parallel) and of 2 x CP, which its kernels need: "
-             "validated (>= 1) and kept for plugins.")
+    add("--data-pad-size-multiplier", type=int, default=None,
+        help="Pad each packed micro-batch row to a multiple of TP x this (slime pads to TP x 128 by default "
+             "for its THD kernels). None: only the padding this trainer's kernels need (TP under sequence "
+             "parallel, 2 x CP); padding is a separate segment and never changes the results.")
+    add("--model-name", type=str, default=None,
+        help="slime's name of the model family for the Megatron <-> HF weight conversion (e.g. qwen3, qwen3moe, "
+             "or the HF config class name). This trainer picks the converter from the checkpoint's "
+             "architectures; a --model-name that names another family is refused at parse time.")
+
+
+def model_family_name(name: str) -> str:
+    """slime's model-name matching key: lower case without separators and without the class-name
+    suffixes, so Qwen3MoeForCausalLM, Qwen3MoeConfig, qwen3_moe and qwen3moe all read qwen3moe."""
+    key = name.lower().replace("-", "").replace("_", "")
+    for suffix in ("forcausallm", "forconditionalgeneration", "config", "model"):
+        if key.endswith(suffix) and len(key) > len(suffix):
+            key = key[: -len(suffix)]
+    return key
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,7 +212,7 @@ def validate(args: argparse.Namespace) -> list[str]:
     with LayerNorm needs Transformer Engine; --fp8-format needs --transformer-impl transformer_engine;
     --moe-enable-deepep needs --num-experts and --moe-token-dispatcher-type flex; --enable-mtp-training
     needs --mtp-num-layers >= 1; --mtp-loss-scaling-factor >= 0; --log-probs-chunk-size is -1 or >= 1;
-    --data-pad-size-multiplier >= 1."""
+    --data-pad-size-multiplier >= 1; --model-name non-empty (checked against the HF config with it)."""
     warnings: list[str] = []
     _check_spec(args, warnings)
     _check_model(args)
@@ -206,6 +220,7 @@ def validate(args: argparse.Namespace) -> list[str]:
     _check_mtp(args)
     chunk = args.log_probs_chunk_size
     require(chunk == -1 or chunk >= 1, f"--log-probs-chunk-size must be -1 (off) or >= 1, got {chunk}")
-    require(args.data_pad_size_multiplier >= 1,
-            f"--data-pad-size-multiplier must be >= 1, got {args.data_pad_size_multiplier}")
+    pad = args.data_pad_size_multiplier
+    require(pad is None or pad >= 1, f"--data-pad-size-multiplier must be >= 1, got {pad}")
+    require(args.model_name is None or args.model_name.strip() != "", "--model-name must not be empty")
     return warnings

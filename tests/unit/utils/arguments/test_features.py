@@ -128,3 +128,20 @@ def test_offload_flags_have_no_forms(base_argv):
     no_colocate = [w for w in base_argv if w != "--colocate"] + ["--debug-train-only", "--offload-train"]
     args = parse_args(no_colocate)
     assert (args.offload_train, args.offload_rollout) == (True, False)
+
+
+@pytest.mark.parametrize("name, ok", [("qwen3", True), ("Qwen3Config", True), ("qwen3moe", False), ("glm4", False)])
+def test_model_name_must_name_the_checkpoint_family(base_argv, name, ok):
+    """slime's --model-name picks the weight converter; here the architecture does, so another
+    family is refused naming both."""
+    import json
+    from pathlib import Path
+
+    hf_dir = Path(base_argv[base_argv.index("--hf-checkpoint") + 1])
+    (hf_dir / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    if ok:
+        assert parse_args(base_argv + ["--model-name", name]).model_name == name
+    else:
+        with pytest.raises(ArgumentError, match=f"--model-name {name} names another model family than HF config "
+                                                "architectures=Qwen3ForCausalLM"):
+            parse_args(base_argv + ["--model-name", name])
