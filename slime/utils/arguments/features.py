@@ -80,8 +80,9 @@ def _add_gpu(group) -> None:
 def _add_mtp(group) -> None:
     add = group.add_argument
     add("--mtp-num-layers", type=int, default=None,
-        help="Multi-token-prediction layers after the decoder (DeepSeek-V3/GLM-4.5-style MTP); the "
-             "checkpoint holds them. None: no MTP block.")
+        help="Multi-token-prediction layers after the decoder (DeepSeek-V3/GLM-4.5-style MTP). Validated and "
+             "shown by --dry-run; refused at start-up (megatron-core 0.16's GPTModel returns a loss instead of "
+             "logits when it runs MTP). None: no MTP block.")
     add("--enable-mtp-training", action="store_true", default=False,
         help="Train the MTP layers with their loss (needs --mtp-num-layers); without it they are frozen.")
     add("--mtp-loss-scaling-factor", type=float, default=0.1,
@@ -146,9 +147,10 @@ def startup_refusals(args: argparse.Namespace, cuda_available: bool) -> list[str
                         "splits sequences only in Transformer Engine's load-balanced ring layout (2 x CP chunks "
                         "per sequence); the all-gather layout is not implemented, drop --allgather-cp")
     if getattr(args, "mtp_num_layers", None):
-        refusals.append(f"--mtp-num-layers {args.mtp_num_layers}: this trainer's model provider does not build "
-                        "megatron-core's MTP block, so the MTP layers of the checkpoint could neither load nor "
-                        "train; drop --mtp-num-layers / --enable-mtp-training")
+        refusals.append(f"--mtp-num-layers {args.mtp_num_layers}: not implemented: megatron-core 0.16's GPTModel "
+                        "runs its MTP block only when given labels, and then returns the loss instead of the "
+                        "logits this trainer's RL and SFT losses need, so the model provider builds no MTP "
+                        "block; drop --mtp-num-layers / --enable-mtp-training")
     return refusals
 
 
