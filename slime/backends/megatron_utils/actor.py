@@ -180,6 +180,7 @@ class MegatronTrainer:
             total_lengths=[len(rollout_data["tokens"][i]) for i in mine],
             log_probs=pick("log_probs"),
             ref_log_probs=pick("ref_log_probs"),
+            values=pick("values"),  # ppo: the critic's, added to the rollout by slime.ray.critic
             **opts,
         )
         n = len(rollout_data["tokens"])
@@ -226,6 +227,10 @@ class MegatronTrainer:
         mine = sorted(i for step in steps for i in step)
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
+        if self.args.advantage_estimator == "ppo" and self.args.kl_coef != 0:  # for the critic's returns
+            from slime.backends.megatron_utils.critic import local_kl_inputs
+
+            self._kl_inputs = local_kl_inputs(rollout_data, mine)
         self._fill_advantages(rollout_data, mine)
         if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
             call_rollout_data_postprocess(load_function(self.args.rollout_data_postprocess_path), self.args,
@@ -291,6 +296,13 @@ class MegatronTrainer:
         box = [names]
         dist.broadcast_object_list(box, src=src, group=group)
         return box[0]
+
+    def ppo_kl_inputs(self, num_samples: int) -> dict:
+        """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all
+        `num_samples` samples (collective over all ranks), for the critic's returns."""
+        from slime.backends.megatron_utils.critic import gather_kl_inputs
+
+        return gather_kl_inputs(getattr(self, "_kl_inputs", {}), num_samples)
 
     # ----- checkpoints ----------------------------------------------------------------------
     def load_initial_state(self) -> int:

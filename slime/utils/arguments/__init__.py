@@ -18,6 +18,7 @@ from slime.utils.arguments import (
     algorithm,
     checkpoint,
     cluster,
+    critic,
     data,
     debug,
     features,
@@ -38,7 +39,8 @@ __all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_des
 log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
-    debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, checkpoint, logger_domain, sglang,
+    debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain,
+    sglang,
 )
 ENTRIES = ("train", "train_async")
 
