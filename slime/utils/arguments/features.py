@@ -138,7 +138,8 @@ def gpu_only_flags(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def startup_refusals(args: argparse.Namespace, cuda_available: bool) -> list[str]:
     """One line per flag this run cannot honor: GPU-only features without CUDA, and features this
-    trainer does not implement in the requested configuration. --dry-run does not call this."""
+    trainer does not implement in the requested configuration. The entry points refuse to start on
+    any; the --dry-run plan lists them (those independent of the machine as refused)."""
     refusals = []
     if not cuda_available:
         refusals += [f"{flag}: needs {need}; this machine has no CUDA device" for flag, need in gpu_only_flags(args)]
