@@ -51,6 +51,12 @@ _TRANSFORMER_FIELDS = {
     "attention_softmax_in_fp32": "attention_softmax_in_fp32",
     "apply_query_key_layer_scaling": "apply_query_key_layer_scaling",
     "calculate_per_token_loss": "calculate_per_token_loss",
+    # recipe features (slime.utils.arguments.features)
+    "rotary_interleaved": "rotary_interleaved",
+    "attention_output_gate": "attention_output_gate",
+    "apply_layernorm_1p": "layernorm_zero_centered_gamma",
+    "moe_shared_expert_gate": "moe_shared_expert_gate",
+    "deterministic_mode": "deterministic_mode",
 }
 
 _MOE_ONLY_FIELDS = {
@@ -67,6 +73,7 @@ _MOE_ONLY_FIELDS = {
     "moe_permute_fusion",
     "moe_shared_expert_intermediate_size",
     "moe_router_topk_scaling_factor",
+    "moe_shared_expert_gate",
 }
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -126,6 +133,17 @@ def _group_query_fields(args: argparse.Namespace) -> dict:
     return {}
 
 
+def _gpu_feature_fields(args: argparse.Namespace) -> dict:
+    """FP8 training and DeepEP (GPU only; refused without CUDA at start-up by
+    ``slime.utils.arguments.features.startup_refusals``)."""
+    kwargs = {}
+    if getattr(args, "fp8_format", None):
+        kwargs.update(fp8=args.fp8_format, fp8_recipe=args.fp8_recipe)
+    if getattr(args, "moe_enable_deepep", False):
+        kwargs["moe_flex_dispatcher_backend"] = "deepep"  # megatron-core 0.16's name for it
+    return kwargs
+
+
 def transformer_config_from_args(args: argparse.Namespace, **overrides):
     """Build megatron-core ``TransformerConfig`` for Qwen3 dense / MoE from Megatron-LM args.
 
@@ -168,6 +186,7 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
     )
     kwargs.update(_group_query_fields(args))
     kwargs.update(_moe_fields(args))
+    kwargs.update(_gpu_feature_fields(args))
     kwargs.update(overrides)
     return TransformerConfig(**kwargs)
 
@@ -220,7 +239,7 @@ def ddp_config_from_args(args: argparse.Namespace):
         overlap_grad_reduce=bool(getattr(args, "overlap_grad_reduce", False)),
         overlap_param_gather=bool(getattr(args, "overlap_param_gather", False)),
         use_distributed_optimizer=bool(getattr(args, "use_distributed_optimizer", False)),
-        check_for_nan_in_grad=bool(getattr(args, "check_for_nan_in_grad", False)),
+        check_for_nan_in_grad=bool(getattr(args, "check_for_nan_in_loss_and_grad", False)),
         bucket_size=getattr(args, "ddp_bucket_size", None),
         average_in_collective=bool(getattr(args, "ddp_average_in_collective", False)),
     )

@@ -9,6 +9,7 @@ micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU.
 """
 
 import copy
+import importlib
 import logging
 
 logger = logging.getLogger(__name__)
@@ -130,3 +131,30 @@ def block_spec_for(transformer_impl: str, config, vp_stage=None, pp_rank=None):
             f"--transformer-impl {transformer_impl!r} is not one of {sorted(BLOCK_SPECS)}"
         )
     return BLOCK_SPECS[transformer_impl](config, vp_stage=vp_stage, pp_rank=pp_rank)
+
+
+def load_layer_spec(spec: list[str], args, config, vp_stage=None):
+    """``--spec MODULE FUNCTION`` as slime loads it: ``getattr(import_module(MODULE), FUNCTION)`` is
+    a layer / block spec used as is, or a callable returning one, called ``FUNCTION(args, config,
+    vp_stage)``. Errors name the flag, the module and what failed."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    module_name, attr = spec
+    where = f"--spec {module_name} {attr}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(f"{where}: cannot import module {module_name!r} ({error})") from error
+    if not hasattr(module, attr):
+        raise AttributeError(f"{where}: module {module_name!r} has no attribute {attr!r}")
+    target = getattr(module, attr)
+    if callable(target) and not isinstance(target, (ModuleSpec, TransformerBlockSubmodules)):
+        try:
+            target = target(args, config, vp_stage)
+        except Exception as error:
+            raise RuntimeError(f"{where}: {module_name}.{attr}(args, config, vp_stage) raised "
+                               f"{type(error).__name__}: {error}") from error
+    if not isinstance(target, (ModuleSpec, TransformerBlockSubmodules)):
+        raise TypeError(f"{where}: expected a ModuleSpec or TransformerBlockSubmodules, got {type(target).__name__}")
+    return target

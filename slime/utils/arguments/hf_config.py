@@ -96,6 +96,7 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
         key, theirs = _rope_theta(hf_config)
         _compare(out, "--rotary-base", getattr(args, "rotary_base", None), key, theirs,
                  lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
+    _check_model_name(out, args, hf_config)
     if "tie_word_embeddings" in hf_config and hasattr(args, "untie_embeddings_and_output_weights"):
         untied = bool(args.untie_embeddings_and_output_weights)
         if untied == bool(hf_config["tie_word_embeddings"]):
@@ -115,3 +116,16 @@ def _check_query_groups(out: list[str], args: argparse.Namespace, hf_config: dic
     elif int(kv_heads) != int(heads):
         out.append(f"--group-query-attention is not set (query groups = --num-attention-heads {heads}) but HF "
                    f"config num_key_value_heads={kv_heads}")
+
+
+def _check_model_name(out: list[str], args: argparse.Namespace, hf_config: dict) -> None:
+    """--model-name (slime's converter choice) must name the family of the checkpoint's architecture,
+    from which this trainer picks the converter."""
+    from slime.utils.arguments.features import model_family_name
+
+    name, archs = getattr(args, "model_name", None), hf_config.get("architectures") or []
+    if name is None or not archs:
+        return
+    if model_family_name(name) != model_family_name(archs[0]):
+        out.append(f"--model-name {name} names another model family than HF config architectures={archs[0]} "
+                   f"({model_family_name(archs[0])}; the weight converter follows the architecture)")

@@ -35,6 +35,7 @@ class ModelShape:
     moe_layers: tuple[bool, ...]
     shared_expert_ffn: int
     shared_expert_gate: bool
+    output_gate: bool = False  # --attention-output-gate: linear_qkv also yields a gate per query channel
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def shape_from_args(args: Namespace) -> ModelShape:
         moe_layers=_moe_layer_pattern(getattr(args, "moe_layer_freq", 1), args.num_layers, num_experts),
         shared_expert_ffn=getattr(args, "moe_shared_expert_intermediate_size", None) or 0,
         shared_expert_gate=bool(getattr(args, "moe_shared_expert_gate", False)),
+        output_gate=bool(getattr(args, "attention_output_gate", False)),
     )
 
 
@@ -125,11 +127,12 @@ def _mlp_params(s: ModelShape, ffn: int) -> int:
 
 def attention_params(s: ModelShape) -> ParamSplit:
     """One self-attention block with GQA: q (h x a*d), k and v (h x g*d each), o (a*d x h),
-    its input norm and the optional q/k norms (d each)."""
+    with --attention-output-gate a gate (h x a*d), its input norm and the optional q/k norms (d each)."""
     q_dim, kv_dim = s.num_heads * s.head_dim, s.num_kv_groups * s.head_dim
-    linear = s.hidden * q_dim + 2 * s.hidden * kv_dim + q_dim * s.hidden
+    gate = q_dim if s.output_gate else 0  # --attention-output-gate: one more q-sized block of linear_qkv
+    linear = s.hidden * (q_dim + gate) + 2 * s.hidden * kv_dim + q_dim * s.hidden
     if s.linear_bias or s.qkv_bias:
-        linear += q_dim + 2 * kv_dim
+        linear += q_dim + gate + 2 * kv_dim
     if s.linear_bias:
         linear += s.hidden
     norms = s.hidden * s.norm_weights + (2 * s.head_dim * s.norm_weights if s.qk_norm else 0)

@@ -148,3 +148,11 @@ def test_passthrough_lists_the_release_under_test(sglang_version):
 
     assert server_args_version() == sglang_version
     assert live_server_arg_fields() is not None
+
+
+def test_sglang_alias_spelling_reaches_the_engine(tmp_path, sglang_version):
+    """Every spelling SGLang's parser accepts is a --sglang-* flag (issue 13): slime recipes pass
+    --sglang-expert-parallel-size, SGLang's alias of --ep-size, and the engine gets ep_size."""
+    argv = recipe_argv(tmp_path, "run-qwen3-30B-A3B.sh", {}, []) + ["--sglang-expert-parallel-size", "4"]
+    for words, server_args in parsed_launch_lines(argv):
+        assert server_args.ep_size == 4, words

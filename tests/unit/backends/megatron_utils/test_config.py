@@ -145,3 +145,24 @@ def test_configs_from_the_launch_scripts():
     assert tiny_cfg.moe_layer_freq == [1, 1] and tiny_cfg.num_query_groups == 2
     dense = transformer_config_from_args(_parse_script_args("qwen3-tiny.sh", []))
     assert dense.num_moe_experts is None and dense.ffn_hidden_size == 128
+
+
+def test_recipe_feature_flags_reach_transformer_config():
+    """Issue 13: the model-variant flags megatron-core has land on TransformerConfig."""
+    cfg = transformer_config_from_args(_args(
+        TINY_MOE, moe_shared_expert_intermediate_size=32, rotary_interleaved=True, attention_output_gate=True,
+        apply_layernorm_1p=True, moe_shared_expert_gate=True, deterministic_mode=True))
+    assert cfg.rotary_interleaved and cfg.attention_output_gate and cfg.layernorm_zero_centered_gamma
+    assert cfg.moe_shared_expert_gate and cfg.deterministic_mode
+    dense = transformer_config_from_args(_args(TINY_DENSE, moe_shared_expert_gate=True))
+    assert dense.moe_shared_expert_gate is False  # an MoE-only field, dropped for dense models
+
+
+def test_gpu_feature_fields_and_nan_check():
+    from slime.backends.megatron_utils.config import _gpu_feature_fields
+
+    assert _gpu_feature_fields(_args(TINY_MOE, fp8_format="hybrid", fp8_recipe="blockwise", moe_enable_deepep=True)) == {
+        "fp8": "hybrid", "fp8_recipe": "blockwise", "moe_flex_dispatcher_backend": "deepep"}
+    assert _gpu_feature_fields(_args(TINY_DENSE)) == {}
+    assert ddp_config_from_args(_args(TINY_DENSE, check_for_nan_in_loss_and_grad=True)).check_for_nan_in_grad
+    assert not ddp_config_from_args(_args(TINY_DENSE, check_for_nan_in_loss_and_grad=False)).check_for_nan_in_grad
