@@ -5,7 +5,10 @@ transformer_engine``, GPU) and our local spec (``local``): megatron-core's local
 GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 with
 sequence parallel (required by MoE) works without Transformer Engine, and its
 ``DotProductAttention`` swapped for ``PackedDotProductAttention``, which runs packed
-micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU.
+micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU. With
+``multi_latent_attention`` in the config megatron-core's local spec builds ``MLASelfAttention``
+(its down projections column-parallel, gathered inside MLA); the same swaps apply, and the packed
+attention takes MLA's differing query/key and value head dims.
 """
 
 import copy
@@ -28,7 +31,7 @@ def _require_transformer_engine() -> None:
 
 def _local_layer(layer_spec, rms_norm: bool):
     """Deep-copied layer spec with our core attention and, under RMSNorm, our norms (input,
-    pre-MLP, q/k)."""
+    pre-MLP, q/k; with multi-latent attention the q and kv latent norms)."""
     from megatron.core.transformer.identity_op import IdentityOp
 
     from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
@@ -41,8 +44,8 @@ def _local_layer(layer_spec, rms_norm: bool):
         return spec
     sub.input_layernorm = SequenceParallelRMSNorm
     sub.pre_mlp_layernorm = SequenceParallelRMSNorm
-    for name in ("q_layernorm", "k_layernorm"):
-        if getattr(attn, name) is not IdentityOp:
+    for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):  # kv_layernorm: MLA's latent norm
+        if getattr(attn, name, IdentityOp) is not IdentityOp:
             setattr(attn, name, SequenceParallelRMSNorm)
     if _is_moe(sub.mlp) and sub.sharded_state_dict_keys_map:
         # TE MoE layers keep a separate pre_mlp_layernorm (no fused fc1 norm); megatron's
