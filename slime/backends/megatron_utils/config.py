@@ -91,6 +91,8 @@ _MLA_FIELDS = {
     "mscale": "mscale",
     "mscale_all_dim": "mscale_all_dim",
     "original_max_position_embeddings": "original_max_position_embeddings",
+    "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow",
 }
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -182,6 +182,8 @@ _ROPE_SCALING_FLAGS = (
     ("--mscale-all-dim", float, 0.0, "YaRN mscale_all_dim (HF rope_scaling.mscale_all_dim)."),
     ("--original-max-position-embeddings", int, 4096,
      "YaRN original context length (HF rope_scaling.original_max_position_embeddings)."),
+    ("--beta-fast", float, 32.0, "YaRN beta_fast (HF rope_scaling.beta_fast)."),
+    ("--beta-slow", float, 1.0, "YaRN beta_slow (HF rope_scaling.beta_slow)."),
 )
 _ROUTER_FAMILY_FLAGS = (
     ("--moe-router-num-groups", int, None, "Expert groups for group-limited routing (HF n_group)."),

@@ -151,6 +151,8 @@ def yarn_args(hf_config: dict) -> dict:
         mscale=float(scaling.get("mscale", 1.0)),
         mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)),
         original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 4096)),
+        beta_fast=float(scaling.get("beta_fast", 32.0)),
+        beta_slow=float(scaling.get("beta_slow", 1.0)),
     )
 
 
