@@ -204,7 +204,8 @@ def _add_model_families(group) -> None:
 
 
 def _check_model_families(args: argparse.Namespace) -> None:
-    """MLA head dims positive and TP-divisible ranks; group routing divides experts and top-k."""
+    """MLA ranks and head dims positive (and --rope-type resolved); group routing divides the experts
+    and the top-k."""
     if args.multi_latent_attention:
         for flag in ("--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"):
             value = getattr(args, flag[2:].replace("-", "_"))
