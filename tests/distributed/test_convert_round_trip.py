@@ -35,7 +35,7 @@ def test_dense_tensor_parallel_2(tiny_dense_hf, tmp_path):
 
 
 @pytest.mark.parametrize("fixture, model_args, layout", [
-    # TP=2 splits MLA's column-parallel down / up projections; EP=2 the routed experts
+    # TP=2 splits MLA's up projections (down projections whole on each rank); EP=2 the routed experts
     ("tiny_deepseek_v3_hf", TINY_DEEPSEEK_V3_ARGS, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     ("tiny_glm4_moe_hf", TINY_GLM4_MOE_ARGS, ["--expert-model-parallel-size", "2"]),
 ], ids=["deepseek_v3-tp2", "glm4_moe-ep2"])

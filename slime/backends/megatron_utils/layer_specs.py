@@ -6,9 +6,10 @@ GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 wi
 sequence parallel (required by MoE) works without Transformer Engine, and its
 ``DotProductAttention`` swapped for ``PackedDotProductAttention``, which runs packed
 micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU. With
-``multi_latent_attention`` in the config megatron-core's local spec builds ``MLASelfAttention``
-(its down projections column-parallel, gathered inside MLA); the same swaps apply, and the packed
-attention takes MLA's differing query/key and value head dims.
+``multi_latent_attention`` in the config megatron-core's local spec builds ``MLASelfAttention``;
+the same swaps apply, its q / kv down projections are duplicated on every TP rank as in the
+Transformer Engine spec, and the packed attention takes MLA's differing query/key and value head
+dims.
 """
 
 import copy
@@ -40,6 +41,7 @@ def _local_layer(layer_spec, rms_norm: bool):
     sub = spec.submodules
     attn = sub.self_attention.submodules
     _swap_core_attention(attn)
+    _replicate_mla_down_projections(attn)
     if not rms_norm:
         return spec
     sub.input_layernorm = SequenceParallelRMSNorm
@@ -55,6 +57,19 @@ def _local_layer(layer_spec, rms_norm: bool):
             k: v for k, v in sub.sharded_state_dict_keys_map.items() if k != "pre_mlp_layernorm."
         }
     return spec
+
+
+def _replicate_mla_down_projections(attn_submodules) -> None:
+    """MLA's q / kv down projections: megatron's local spec makes them column-parallel, the
+    Transformer Engine spec duplicates them on every TP rank (``TELinear``, ``duplicated``). Use
+    megatron-core's local duplicated linear (``post_training.modelopt.layers.Linear``: whole weight
+    on each TP rank, gradient reduced over TP under sequence parallel, as TE's) so both specs hold
+    and checkpoint the same tensors and one weight map serves both."""
+    from megatron.core.post_training.modelopt.layers import Linear
+
+    for name in ("linear_q_down_proj", "linear_kv_down_proj"):
+        if getattr(attn_submodules, name, None) is not None:
+            setattr(attn_submodules, name, Linear)
 
 
 def _swap_core_attention(attn_submodules) -> None:

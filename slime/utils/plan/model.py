@@ -152,8 +152,8 @@ def _mlp_params(s: ModelShape, ffn: int) -> int:
 def mla_params(s: ModelShape) -> ParamSplit:
     """One multi-latent attention block: q down (h x q_lora) + q norm + q up (q_lora x a*(qk+rope)),
     or q (h x a*(qk+rope)); kv down (h x (kv_lora+rope)) + kv norm + kv up (kv_lora x a*(qk+v));
-    o (a*v x h); input norm. The down projections count as replicated (Transformer Engine's spec
-    runs them duplicated on every TP rank)."""
+    o (a*v x h); input norm. The down projections count as replicated (both layer specs hold them
+    whole on every TP rank)."""
     m, a, h = s.mla, s.num_heads, s.hidden
     q_out = a * (m.qk_head_dim + m.qk_pos_emb_head_dim)
     down = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)

@@ -26,14 +26,14 @@ _HA = _H + "self_attn."
 
 INPUT_NORM = Rule((_L + "input_layernorm.weight",), (_H + "input_layernorm.weight",))
 ATTENTION_OUT = Rule((_A + "linear_proj.weight",), (_HA + "o_proj.weight",), "copy", "row")
-# The local spec's MLA down projections are column-parallel (gathered inside MLA).
+# MLA's down projections are whole on every TP rank (TE's duplicated TELinear; the local spec the same).
 KV_RULES = [
-    Rule((_A + "linear_kv_down_proj.weight",), (_HA + "kv_a_proj_with_mqa.weight",), "copy", "column"),
+    Rule((_A + "linear_kv_down_proj.weight",), (_HA + "kv_a_proj_with_mqa.weight",)),
     Rule((_A + "kv_layernorm.weight", _A + "linear_kv_up_proj.layer_norm_weight"), (_HA + "kv_a_layernorm.weight",)),
     Rule((_A + "linear_kv_up_proj.weight",), (_HA + "kv_b_proj.weight",), "copy", "column"),
 ]
 Q_LORA_RULES = [
-    Rule((_A + "linear_q_down_proj.weight",), (_HA + "q_a_proj.weight",), "copy", "column"),
+    Rule((_A + "linear_q_down_proj.weight",), (_HA + "q_a_proj.weight",)),
     Rule((_A + "q_layernorm.weight", _A + "linear_q_up_proj.layer_norm_weight"), (_HA + "q_a_layernorm.weight",)),
     Rule((_A + "linear_q_up_proj.weight",), (_HA + "q_b_proj.weight",), "copy", "column"),
 ]

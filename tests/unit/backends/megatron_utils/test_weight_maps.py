@@ -160,7 +160,7 @@ def test_deepseek_v3_map_and_args():
     assert wmap.hf_names("decoder.layers.1.mlp.router.expert_bias") == ["model.layers.1.mlp.gate.e_score_correction_bias"]
     assert wmap.hf_names("decoder.layers.1.mlp.shared_experts.linear_fc1.weight") == [
         "model.layers.1.mlp.shared_experts.gate_proj.weight", "model.layers.1.mlp.shared_experts.up_proj.weight"]
-    assert wmap.split_kind("decoder.layers.0.self_attention.linear_kv_down_proj.weight") == "column"
+    assert wmap.split_kind("decoder.layers.0.self_attention.linear_kv_down_proj.weight") == "replicated"
     args = model_family(config).megatron_args(config)
     assert args["multi_latent_attention"] and args["q_lora_rank"] == 32 and args["qk_pos_emb_head_dim"] == 8
     assert args["rope_type"] == "yarn" and args["rotary_scaling_factor"] == 4.0 and args["mscale_all_dim"] == 1.0
