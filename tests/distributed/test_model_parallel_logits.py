@@ -112,7 +112,9 @@ def _te_logits(rank, world_size, hf_dir):
 
 
 @pytest.mark.gpu
-def test_te_spec_logits_match_hf(tiny_moe_hf, tmp_path):
-    """TE layer spec (fp32) on CUDA equals transformers within GPU kernel tolerance (TF32 off by default)."""
-    (result,) = spawn(_te_logits, 1, tmp_path, hf_dir=str(tiny_moe_hf))
+@pytest.mark.parametrize("fixture", ["tiny_moe_hf", "tiny_deepseek_v3_hf", "tiny_glm4_moe_hf"])
+def test_te_spec_logits_match_hf(request, tmp_path, fixture):
+    """TE layer spec (fp32) on CUDA equals transformers within GPU kernel tolerance (TF32 off by default);
+    for DeepSeek-V3 this is TE's MLA (fused latent norms, duplicated down projections)."""
+    (result,) = spawn(_te_logits, 1, tmp_path, hf_dir=str(request.getfixturevalue(fixture)))
     assert result["max_abs_diff"] <= 1e-3, result
