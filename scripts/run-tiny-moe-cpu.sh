@@ -24,7 +24,9 @@
 # MODEL_VARIANT picks the tiny model family: moe (default, Qwen3-MoE), deepseek_v3 (DeepSeek-V3:
 # multi-latent attention, YaRN, group-limited sigmoid routing with expert bias, a shared expert; its
 # outputs default to runs/tiny-deepseek_v3-cpu) or glm4_moe (GLM-4.5 MoE; runs/tiny-glm4_moe-cpu), each
-# with its scripts/models/*-tiny.sh flags and the same tokenizer and task.
+# with its scripts/models/*-tiny.sh flags and the same tokenizer and task. Seen on busy shared cores
+# (parity, defaults): deepseek_v3 mean reward 0.02 -> 0.91 at rollout 70, eval 0.90 at 70 and 0.78 at
+# 80 (about 13 s per rollout); glm4_moe 0.02 -> 0.98 at rollout 70, eval 0.99 at 80 (3.5 s per rollout).
 # Env: TASK (parity or odd_even), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
 # task and schedule (defaults for parity); DRY_RUN=1 only prints train.py's plan; FP8=1 serves a
 # block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as --hf-checkpoint, as the FP8=1 GPU
