@@ -45,6 +45,10 @@ _TRANSFORMER_FIELDS = {
     "moe_permute_fusion": "moe_permute_fusion",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "moe_router_topk_scaling_factor": "moe_router_topk_scaling_factor",
+    "moe_router_num_groups": "moe_router_num_groups",
+    "moe_router_group_topk": "moe_router_group_topk",
+    "moe_router_enable_expert_bias": "moe_router_enable_expert_bias",
+    "moe_router_bias_update_rate": "moe_router_bias_update_rate",
     "recompute_granularity": "recompute_granularity",
     "recompute_method": "recompute_method",
     "recompute_num_layers": "recompute_num_layers",
@@ -74,6 +78,28 @@ _MOE_ONLY_FIELDS = {
     "moe_shared_expert_intermediate_size",
     "moe_router_topk_scaling_factor",
     "moe_shared_expert_gate",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "moe_router_enable_expert_bias",
+    "moe_router_bias_update_rate",
+}
+
+# args dest -> MLATransformerConfig field, used with --multi-latent-attention only.
+_MLA_FIELDS = {
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_head_dim": "qk_head_dim",
+    "qk_pos_emb_head_dim": "qk_pos_emb_head_dim",
+    "v_head_dim": "v_head_dim",
+    "rope_type": "rope_type",
+    "rotary_base": "rotary_base",
+    "rotary_percent": "rotary_percent",
+    "rotary_scaling_factor": "rotary_scaling_factor",
+    "mscale": "mscale",
+    "mscale_all_dim": "mscale_all_dim",
+    "original_max_position_embeddings": "original_max_position_embeddings",
+    "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow",
 }
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -144,14 +170,27 @@ def _gpu_feature_fields(args: argparse.Namespace) -> dict:
     return kwargs
 
 
+def _mla_fields(args: argparse.Namespace) -> dict:
+    """MLATransformerConfig kwargs for ``--multi-latent-attention`` (``q_lora_rank`` may be None:
+    queries projected directly). ``--rope-type`` left unset: yarn when scaled, else rope."""
+    kwargs = {dst: getattr(args, src) for src, dst in _MLA_FIELDS.items()
+              if getattr(args, src, None) is not None}
+    kwargs["q_lora_rank"] = getattr(args, "q_lora_rank", None)
+    if kwargs.get("rope_type") is None:
+        kwargs["rope_type"] = "yarn" if float(kwargs.get("rotary_scaling_factor", 1.0)) != 1.0 else "rope"
+    kwargs["rotary_base"] = float(kwargs.get("rotary_base", 10000))
+    return kwargs
+
+
 def transformer_config_from_args(args: argparse.Namespace, **overrides):
-    """Build megatron-core ``TransformerConfig`` for Qwen3 dense / MoE from Megatron-LM args.
+    """Build megatron-core ``TransformerConfig`` (``MLATransformerConfig`` with
+    ``--multi-latent-attention``) for Qwen3, DeepSeek-V3 and GLM-4.5 families from Megatron-LM args.
 
     RMSNorm / LayerNorm from ``--normalization``, SwiGLU (gated linear unit + silu) from
     ``--swiglu``, bias from ``--disable-bias-linear`` (``add_bias_linear``), fp32 unless
     ``--bf16`` / ``--fp16``. ``overrides`` are passed last (e.g. ``pipeline_dtype``).
     """
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
     if getattr(args, "moe_permute_fusion", False) and importlib.util.find_spec("transformer_engine") is None:
         raise ImportError(
@@ -187,6 +226,10 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
     kwargs.update(_group_query_fields(args))
     kwargs.update(_moe_fields(args))
     kwargs.update(_gpu_feature_fields(args))
+    if getattr(args, "multi_latent_attention", False):
+        kwargs.update(_mla_fields(args))
+        kwargs.update(overrides)
+        return MLATransformerConfig(**kwargs)
     kwargs.update(overrides)
     return TransformerConfig(**kwargs)
 

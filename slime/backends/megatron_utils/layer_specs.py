@@ -5,7 +5,11 @@ transformer_engine``, GPU) and our local spec (``local``): megatron-core's local
 GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 with
 sequence parallel (required by MoE) works without Transformer Engine, and its
 ``DotProductAttention`` swapped for ``PackedDotProductAttention``, which runs packed
-micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU.
+micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU. With
+``multi_latent_attention`` in the config megatron-core's local spec builds ``MLASelfAttention``;
+the same swaps apply, its q / kv down projections are duplicated on every TP rank as in the
+Transformer Engine spec, and the packed attention takes MLA's differing query/key and value head
+dims.
 """
 
 import copy
@@ -29,7 +33,7 @@ def _require_transformer_engine() -> None:
 
 def _local_layer(layer_spec, rms_norm: bool):
     """Deep-copied layer spec with our core attention and, under RMSNorm, our norms (input,
-    pre-MLP, q/k)."""
+    pre-MLP, q/k; with multi-latent attention the q and kv latent norms)."""
     from megatron.core.transformer.identity_op import IdentityOp
 
     from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
@@ -38,12 +42,13 @@ def _local_layer(layer_spec, rms_norm: bool):
     sub = spec.submodules
     attn = sub.self_attention.submodules
     _swap_core_attention(attn)
+    _replicate_mla_down_projections(attn)
     if not rms_norm:
         return spec
     sub.input_layernorm = SequenceParallelRMSNorm
     sub.pre_mlp_layernorm = SequenceParallelRMSNorm
-    for name in ("q_layernorm", "k_layernorm"):
-        if getattr(attn, name) is not IdentityOp:
+    for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):  # kv_layernorm: MLA's latent norm
+        if getattr(attn, name, IdentityOp) is not IdentityOp:
             setattr(attn, name, SequenceParallelRMSNorm)
     if _is_moe(sub.mlp) and sub.sharded_state_dict_keys_map:
         # TE MoE layers keep a separate pre_mlp_layernorm (no fused fc1 norm); megatron's
@@ -53,6 +58,19 @@ def _local_layer(layer_spec, rms_norm: bool):
             k: v for k, v in sub.sharded_state_dict_keys_map.items() if k != "pre_mlp_layernorm."
         }
     return spec
+
+
+def _replicate_mla_down_projections(attn_submodules) -> None:
+    """MLA's q / kv down projections: megatron's local spec makes them column-parallel, the
+    Transformer Engine spec duplicates them on every TP rank (``TELinear``, ``duplicated``). Use
+    megatron-core's local duplicated linear (``post_training.modelopt.layers.Linear``: whole weight
+    on each TP rank, gradient reduced over TP under sequence parallel, as TE's) so both specs hold
+    and checkpoint the same tensors and one weight map serves both."""
+    from megatron.core.post_training.modelopt.layers import Linear
+
+    for name in ("linear_q_down_proj", "linear_kv_down_proj"):
+        if getattr(attn_submodules, name, None) is not None:
+            setattr(attn_submodules, name, Linear)
 
 
 def _swap_core_attention(attn_submodules) -> None:
