@@ -41,10 +41,14 @@ TASK=${TASK:-parity}
 case "${TASK}" in
    parity) RM_TYPE=math; MAX_RESPONSE_LEN=1; DEFAULT_RUN_DIR=runs/tiny-moe-cpu
       DEFAULT_NUM_ROLLOUT=80; DEFAULT_LR=2e-3 ;;
+   parity_twice) RM_TYPE=char_match; MAX_RESPONSE_LEN=3; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-parity_twice
+      DEFAULT_NUM_ROLLOUT=100; DEFAULT_LR=5e-3; DEFAULT_GLOBAL_BATCH=128 ;;
    odd_even) RM_TYPE=char_match; MAX_RESPONSE_LEN=8; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-odd_even
       DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=5e-3 ;;
-   *) echo "TASK=${TASK}: expected parity or odd_even" >&2; exit 2 ;;
+   *) echo "TASK=${TASK}: expected parity, parity_twice or odd_even" >&2; exit 2 ;;
 esac
+# one optimizer step per rollout (256 samples) unless the task asks for two
+GLOBAL_BATCH=${DEFAULT_GLOBAL_BATCH:-256}
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}
@@ -96,10 +100,10 @@ ROLLOUT_ARGS=(
    --num-rollout "${NUM_ROLLOUT}"
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   # parity: one token, the answer; odd_even: the word and <|im_end|> (see the header)
+   # parity: one token, the answer; parity_twice / odd_even: the answer and <|im_end|> (see the header)
    --rollout-max-response-len "${MAX_RESPONSE_LEN}"
    --rollout-temperature 1.0
-   --global-batch-size 256
+   --global-batch-size "${GLOBAL_BATCH}"
 )
 
 EVAL_ARGS=(
