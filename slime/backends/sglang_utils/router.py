@@ -49,10 +49,13 @@ def router_command(host: str, port: int, policy: str = "round_robin", extra: lis
     """The command line that launches sglang-router (`--router-*` flags arrive as `extra`, e.g.
     `--request-timeout-secs` from --router-request-timeout-secs), with `ROUTER_FIXED_FLAGS` and
     `--api-key` when a key is given. Its metrics endpoint gets a free port unless given: the
-    default (29000) may be taken, and the router then fails to start."""
+    default (29000) may be taken, and the router then fails to start. It binds `host`, as the
+    router does (its default is every interface)."""
     extra = list(extra or []) + (["--api-key", api_key] if api_key else [])
     if "--prometheus-port" not in extra:
-        extra += ["--prometheus-port", str(free_port())]
+        extra += ["--prometheus-port", str(free_port(host))]
+    if "--prometheus-host" not in extra:
+        extra += ["--prometheus-host", host]
     extra += [flag for flag in ROUTER_FIXED_FLAGS if flag not in extra]
     return [
         sys.executable, "-m", "sglang_router.launch_router",

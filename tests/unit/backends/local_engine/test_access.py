@@ -101,6 +101,7 @@ def test_router_requires_the_key_and_passes_it_on(guarded, monkeypatch, tmp_path
     router = RouterProcess("127.0.0.1", free_port(), log_path=tmp_path / "router.log").start()
     try:
         assert KEY in router.command and KEY not in redact_argv(router.command) and REDACTED in redact_argv(router.command)
+        assert router.command[router.command.index("--prometheus-host") + 1] == "127.0.0.1"  # its metrics too
         add_worker(router.url, url)
         assert list_workers(router.url) == [url]
         assert requests.post(f"{router.url}/generate", json=GREEDY, timeout=30).status_code == 401
