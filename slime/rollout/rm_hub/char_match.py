@@ -18,21 +18,17 @@ in it instead of learning to stop.
 from __future__ import annotations
 
 
-def char_match_score(text: str, label: str, stopped: bool | None, num_tokens: int | None = None,
-                     early_stop_credit: float = 0.0) -> float:
+def char_match_score(text: str, label: str, stopped: bool | None, num_tokens: int | None = None) -> float:
     """Score in [0, 1]: (matching positions + [stopped right after the answer]) / positions.
 
     positions = max(len(text), len(label), num_tokens) + 1, the last one for the stop, which
     counts when the response has len(label) characters (and num_tokens == len(label) when given).
     `stopped=None` leaves the stop out (positions = max(len(text), len(label), num_tokens), at least 1).
-    `early_stop_credit` is what a stop elsewhere earns (0: nothing; `char_match_any_stop` uses 1, so
-    that ending the turn is learnt before the policy settles on its characters).
     """
     label = str(label)
     hits = sum(a == b for a, b in zip(text, label))
     positions = max(len(text), len(label), num_tokens or 0)
     if stopped is not None:
-        right = len(text) == len(label) and num_tokens in (None, len(label))
-        hits += (1.0 if right else early_stop_credit) if stopped else 0.0
+        hits += bool(stopped) and len(text) == len(label) and num_tokens in (None, len(label))
         positions += 1
     return hits / max(positions, 1)

@@ -65,19 +65,16 @@ async def _remote_grader(args, sample, text: str, *, answer_only: bool, **kwargs
     return await remote_rm(args, sample, response=text, **kwargs)
 
 
-def _char_match(early_stop_credit: float, name: str) -> Grader:
-    async def grade(args, sample, text: str, *, answer_only: bool, **kwargs) -> float:
-        """Per-character credit against the label, plus the stop (not for boxed_)."""
-        if kwargs:
-            raise TypeError(f"rm_type {name!r} takes no options, got {sorted(kwargs)}")
-        if answer_only:
-            return char_match_score(text, sample.label, None)
-        stopped = sample.status == sample.Status.COMPLETED
-        # the answer's tokens: the response without its end-of-turn token (unknown before generation)
-        num_tokens = sample.response_length - int(stopped) if sample.response_length else None
-        return char_match_score(text, sample.label, stopped, num_tokens, early_stop_credit)
-
-    return grade
+async def _char_match_grader(args, sample, text: str, *, answer_only: bool, **kwargs) -> float:
+    """Per-character credit against the label, plus the stop after the answer (not for boxed_)."""
+    if kwargs:
+        raise TypeError(f"rm_type 'char_match' takes no options, got {sorted(kwargs)}")
+    if answer_only:
+        return char_match_score(text, sample.label, None)
+    stopped = sample.status == sample.Status.COMPLETED
+    # the answer's tokens: the response without its end-of-turn token (unknown before generation)
+    num_tokens = sample.response_length - int(stopped) if sample.response_length else None
+    return char_match_score(text, sample.label, stopped, num_tokens)
 
 
 def _plain(fn: Callable[[str, Any], Any]) -> LocalFn:
@@ -96,8 +93,7 @@ REWARD_TYPES: MappingProxyType[str, Grader] = MappingProxyType(
         "gpqa": _local("gpqa", grade_gpqa, grade_gpqa),
         "remote_rm": _remote_grader,
         "random": _random_grader,
-        "char_match": _char_match(0.0, "char_match"),
-        "char_match_any_stop": _char_match(1.0, "char_match_any_stop"),
+        "char_match": _char_match_grader,
     }
 )
 

@@ -10,8 +10,7 @@ import os
 from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION, ArgumentError, check_path_exists, positive_int, require
 from slime.utils.arguments.hf_config import check_hf_config
 
-RM_BASE_TYPES = ("deepscaler", "dapo", "math", "f1", "gpqa", "remote_rm", "random", "char_match",
-                 "char_match_any_stop")
+RM_BASE_TYPES = ("deepscaler", "dapo", "math", "f1", "gpqa", "remote_rm", "random", "char_match")
 RM_TYPES = RM_BASE_TYPES + tuple(f"boxed_{name}" for name in RM_BASE_TYPES)
 
 

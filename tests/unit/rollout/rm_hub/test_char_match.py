@@ -41,19 +41,6 @@ def test_invisible_tokens_count(text, stopped, num_tokens, expected):
     assert char_match_score(text, "11", stopped, num_tokens) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(
-    "text, stopped, num_tokens, expected",
-    [
-        ("11", True, 2, 1.0),  # the exact answer scores the same
-        ("1", True, 1, 2 / 3),  # a stop elsewhere earns the stop's share too
-        ("", True, 0, 1 / 3),
-        ("111", False, 3, 2 / 4),  # no stop, no credit for it
-    ],
-)
-def test_early_stop_credit(text, stopped, num_tokens, expected):
-    assert char_match_score(text, "11", stopped, num_tokens, early_stop_credit=1.0) == pytest.approx(expected)
-
-
 def test_registered_reward_reads_the_stop_from_the_sample_status():
     args = SimpleNamespace(rm_type="char_match", custom_rm_path=None, group_rm=False, rm_url=None, reward_key=None)
 
@@ -64,7 +51,3 @@ def test_registered_reward_reads_the_stop_from_the_sample_status():
     assert reward(Sample.Status.TRUNCATED) == pytest.approx(4 / 5)
     invisible = Sample(response="even", label="even", status=Sample.Status.TRUNCATED, response_length=5)
     assert asyncio.run(async_rm(args, invisible)) == pytest.approx(4 / 6)  # 5 tokens, 4 visible
-    early = Sample(response="ev", label="even", status=Sample.Status.COMPLETED, response_length=3)
-    assert asyncio.run(async_rm(args, early)) == pytest.approx(2 / 5)
-    assert asyncio.run(async_rm(SimpleNamespace(**{**vars(args), "rm_type": "char_match_any_stop"}), early)) == (
-        pytest.approx(3 / 5))
