@@ -5,7 +5,7 @@
 #
 # Env: MODEL_DIR (default /root) holds the checkpoints and data; FP8=1 serves the FP8 checkpoint;
 # COLOCATE=0 splits the node (trainer on GPUs 0-3, engines on 4-7) instead of sharing all 8;
-# ASYNC=1 runs train_async.py (one-step-off; implies COLOCATE=0); WANDB_KEY logs to wandb;
+# ASYNC=1 runs train_async.py (one-step-off; implies COLOCATE=0); WANDB_API_KEY (or WANDB_KEY) logs to wandb;
 # PYTHON picks the interpreter; MASTER_ADDR is the head node's IP. Extra arguments are appended to
 # the entry point's flags (a later flag wins, e.g. --actor-num-nodes 2); with --dry-run the plan is
 # printed by the entry point directly (no Ray) and the script exits with its status.
@@ -97,13 +97,15 @@ OPTIMIZER_ARGS=(
    --use-distributed-optimizer
 )
 
+# wandb: the key travels by environment only (WANDB_API_KEY; WANDB_KEY is accepted as its old name),
+# never on a command line, where ps and Ray's job records would show it (see docs/security.md)
 WANDB_ARGS=()
-if [ -n "${WANDB_KEY:-}" ]; then
+if [ -n "${WANDB_API_KEY:-${WANDB_KEY:-}}" ]; then
+   export WANDB_API_KEY="${WANDB_API_KEY:-${WANDB_KEY}}"
    WANDB_ARGS=(
       --use-wandb
       --wandb-project slime-dev
       --wandb-group qwen3-0.6B
-      --wandb-key "${WANDB_KEY}"
    )
 fi
 

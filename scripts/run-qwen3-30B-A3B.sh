@@ -4,7 +4,7 @@
 # Rollout: one SGLang engine over the 8 GPUs with EP8 (DP attention with DP_ATTN=1).
 #
 # Env: MODEL_DIR (default /root) holds the checkpoints and data; FP8=1 serves the FP8 checkpoint;
-# DP_ATTN=1 turns on DP attention; WANDB_KEY logs to wandb; PYTHON picks the interpreter;
+# DP_ATTN=1 turns on DP attention; WANDB_API_KEY (or WANDB_KEY) logs to wandb; PYTHON picks the interpreter;
 # MASTER_ADDR is the head node's IP. Extra arguments are appended to train.py's flags; with
 # --dry-run the plan is printed by train.py directly (no Ray) and the script exits with its status.
 set -euo pipefail
@@ -95,13 +95,15 @@ OPTIMIZER_ARGS=(
    --use-precision-aware-optimizer
 )
 
+# wandb: the key travels by environment only (WANDB_API_KEY; WANDB_KEY is accepted as its old name),
+# never on a command line, where ps and Ray's job records would show it (see docs/security.md)
 WANDB_ARGS=()
-if [ -n "${WANDB_KEY:-}" ]; then
+if [ -n "${WANDB_API_KEY:-${WANDB_KEY:-}}" ]; then
+   export WANDB_API_KEY="${WANDB_API_KEY:-${WANDB_KEY}}"
    WANDB_ARGS=(
       --use-wandb
       --wandb-project slime-dev
       --wandb-group qwen3-30B-A3B
-      --wandb-key "${WANDB_KEY}"
    )
 fi
 

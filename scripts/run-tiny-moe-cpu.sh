@@ -8,15 +8,13 @@
 # Seen on 2 CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts; about 3.5
 # minutes from a fresh clone on idle cores (2.5 s per rollout), up to ~10 minutes on busy ones.
 #
-# TASK=odd_even picks the multi-token task instead: "<n> odd or even" -> "odd"/"even" and then
-# <|im_end|> (4 or 5 tokens), up to 8 response tokens, scored by the `char_match` reward (credit
-# per character and for stopping right after the word; a random model scores about 1/128), with
-# NUM_ROLLOUT 150 and LR 5e-3 by default. Its outputs default to runs/tiny-moe-cpu-odd_even.
-# The answer is learnt more slowly than parity: first the two words and the stop, then which one
-# (one sequence-level advantage is spread over 4-5 tokens). Seen in the plain GRPO loop (same
-# model, batch, lr 5e-3): mean reward 0.02 at start, 0.5 by step 55, 0.65-0.77 by step 90-100;
-# lr 2e-3 gave 0.65 at step 100, lr 1e-2 never learnt to stop. This script on busy shared cores:
-# 0.31 at rollout 50, 0.44 at rollout 95 (stopped there); it does not reach 0.9 in 10 minutes yet.
+# TASK=parity_twice picks the multi-token task: "<n> mod 2 twice" -> "00"/"11" and then <|im_end|>
+# (3 response tokens, the limit), scored by the `char_match` reward (credit per character and for
+# stopping right after the answer, lengths counted in tokens too; a random model scores about
+# 1/128), with two optimizer steps per rollout (--global-batch-size 128), NUM_ROLLOUT 120 and LR
+# 3e-3 by default; outputs in runs/tiny-moe-cpu-parity_twice. See README ("multi-token task")
+# for what was seen. TASK=odd_even ("<n> odd or even" -> "odd"/"even" + <|im_end|>, up to 8
+# tokens, 150 rollouts at lr 5e-3) learns more slowly still.
 #
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
@@ -27,7 +25,7 @@
 # with its scripts/models/*-tiny.sh flags and the same tokenizer and task. Seen on busy shared cores
 # (parity, defaults): deepseek_v3 mean reward 0.02 -> 0.91 at rollout 70, eval 0.90 at 70 and 0.78 at
 # 80 (about 13 s per rollout); glm4_moe 0.02 -> 0.98 at rollout 70, eval 0.99 at 80 (3.5 s per rollout).
-# Env: TASK (parity or odd_even), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
+# Env: TASK (parity, parity_twice or odd_even), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
 # task and schedule (defaults for parity); DRY_RUN=1 only prints train.py's plan; FP8=1 serves a
 # block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as --hf-checkpoint, as the FP8=1 GPU
 # recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to
@@ -48,9 +46,11 @@ TASK=${TASK:-parity}
 case "${TASK}" in
    parity) RM_TYPE=math; MAX_RESPONSE_LEN=1; DEFAULT_RUN_DIR=runs/tiny-moe-cpu
       DEFAULT_NUM_ROLLOUT=80; DEFAULT_LR=2e-3 ;;
+   parity_twice) RM_TYPE=char_match; MAX_RESPONSE_LEN=3; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-parity_twice
+      DEFAULT_NUM_ROLLOUT=120; DEFAULT_LR=3e-3; DEFAULT_GLOBAL_BATCH=128 ;;
    odd_even) RM_TYPE=char_match; MAX_RESPONSE_LEN=8; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-odd_even
       DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=5e-3 ;;
-   *) echo "TASK=${TASK}: expected parity or odd_even" >&2; exit 2 ;;
+   *) echo "TASK=${TASK}: expected parity, parity_twice or odd_even" >&2; exit 2 ;;
 esac
 MODEL_VARIANT=${MODEL_VARIANT:-moe}
 # per model variant: the make_tiny_model.py variant's MODEL_ARGS
@@ -60,6 +60,8 @@ case "${MODEL_VARIANT}" in
    glm4_moe) MODEL_SCRIPT=glm4.5-tiny.sh; DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-glm4_moe-cpu} ;;
    *) echo "MODEL_VARIANT=${MODEL_VARIANT}: expected moe, deepseek_v3 or glm4_moe" >&2; exit 2 ;;
 esac
+# one optimizer step per rollout (256 samples) unless the task asks for two
+GLOBAL_BATCH=${DEFAULT_GLOBAL_BATCH:-256}
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}
@@ -111,10 +113,10 @@ ROLLOUT_ARGS=(
    --num-rollout "${NUM_ROLLOUT}"
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   # parity: one token, the answer; odd_even: the word and <|im_end|> (see the header)
+   # parity: one token, the answer; parity_twice / odd_even: the answer and <|im_end|> (see the header)
    --rollout-max-response-len "${MAX_RESPONSE_LEN}"
    --rollout-temperature 1.0
-   --global-batch-size 256
+   --global-batch-size "${GLOBAL_BATCH}"
 )
 
 EVAL_ARGS=(

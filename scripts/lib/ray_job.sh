@@ -6,6 +6,9 @@
 # status. Otherwise a Ray head is started on this node unless one already answers at
 # ${MASTER_ADDR:-127.0.0.1}:6379, the job is submitted with `ray job submit`, and at exit only a
 # Ray started here is stopped. Needs REPO_DIR and PYTHON.
+# Secrets (WANDB_API_KEY) are never put in the runtime env or on a command line, which Ray records
+# and ps shows: the job's driver inherits the environment of the Ray head (`ray start` below), so
+# export them before this runs; a Ray already running must have been started with them.
 run_train_job() {
    local entry="$1"
    shift
@@ -24,6 +27,8 @@ run_train_job() {
    if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
       ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" --num-gpus 8 --disable-usage-stats
       RAY_STARTED=1
+   elif [ -n "${WANDB_API_KEY:-}" ]; then
+      echo "[ray_job] Ray already runs: the job sees WANDB_API_KEY only if that Ray was started with it" >&2
    fi
 
    local runtime_env="{

@@ -2,7 +2,7 @@
 
 One Ray actor (`RolloutEngine`) per engine, pinned to the first rollout bundle of that engine
 (`JobPlacement.strategy(position)`). The actor owns the engine server process on its node: it
-picks a free port, starts the server (our local engine, or real SGLang through
+binds loopback on a one-node cluster (`slime.ray.access`), picks a free port, starts the server (our local engine, or real SGLang through
 `slime.backends.sglang_utils.engine.launch`), reports its URL and health, stops it, restarts it
 (fault tolerance) and asks it to release / resume memory (`--offload-rollout`).
 
@@ -33,6 +33,7 @@ from typing import Callable
 import ray
 
 from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
+from slime.ray.access import bind_host, job_weight_dirs, trainer_hosts
 from slime.ray.placement import JobPlacement, PlacementPlan
 from slime.utils.engine_client import SyncEngineClient
 from slime.utils.misc import free_port
@@ -91,21 +92,25 @@ def base_gpu_id(device_ids: tuple[int, ...], cuda_visible_devices: str | None) -
 
 
 def _launch_local(args, *, engine_rank: int, host: str, port: int, num_threads: int,
-                  log_path: str | None, **_sglang_only) -> subprocess.Popen:
-    """Our SGLang-compatible server on `args.hf_checkpoint` (CPU, or CUDA when the bundle has a GPU)."""
+                  log_path: str | None, group_hosts: tuple[str, ...] | None = None, **_sglang_only) -> subprocess.Popen:
+    """Our SGLang-compatible server on `args.hf_checkpoint` (CPU, or CUDA when the bundle has a
+    GPU), with the job's key (inherited `$SLIME_API_KEY`), disk updates only from the job's
+    folders and rendezvous only towards `group_hosts` (the trainer's addresses)."""
     on_gpu = bool(ray.get_gpu_ids())
     extra = ["--num-threads", num_threads, "--random-seed", int(getattr(args, "seed", 0) or 0) + engine_rank]
     return launch_local_engine(
         args.hf_checkpoint, port, host=host, dtype="bfloat16" if on_gpu else "float32",
         device="cuda" if on_gpu else "cpu", extra_args=extra, timeout=args.engine_start_timeout,
-        log_path=log_path,
+        log_path=log_path, weight_dirs=job_weight_dirs(args), group_hosts=group_hosts,
     )
 
 
 def _launch_sglang(args, *, engine_rank: int, host: str, port: int, num_threads: int, log_path: str | None,
-                   node: EngineNode | None = None, dist_init_addr: str | None = None) -> subprocess.Popen:
+                   node: EngineNode | None = None, dist_init_addr: str | None = None,
+                   **_local_only) -> subprocess.Popen:
     """A real SGLang server through the sglang backend's launcher (GPU nodes): this node's part
-    of the engine, on its GPUs counted among those this process sees (NOSET: all the node's)."""
+    of the engine, on its GPUs counted among those this process sees (NOSET: all the node's).
+    It gets the job's --api-key; SGLang has no folder or rendezvous allow-list (the key guards)."""
     from slime.backends.sglang_utils.engine import launch
 
     base = base_gpu_id(node.device_ids, os.environ.get("CUDA_VISIBLE_DEVICES")) if node is not None else 0
@@ -168,7 +173,9 @@ class RolloutEngine:
         self.num_threads = num_threads
         self.log_dir = log_dir
         self.node = nodes[0] if nodes else None
-        self.host = ray.util.get_node_ip_address()
+        self.host = bind_host()
+        self.group_hosts = (trainer_hosts(placement, PlacementPlan.from_args(args).actor_bundles)
+                            if placement is not None else None)
         self.process: subprocess.Popen | None = None
         self._url: str | None = None
         self.followers = []
@@ -195,6 +202,7 @@ class RolloutEngine:
             dist_init_addr = f"{self.host}:{free_port(self.host)}"
             ray.get([f.start.remote(dist_init_addr=dist_init_addr) for f in self.followers])
         extra = {"node": self.node, "dist_init_addr": dist_init_addr} if self.node is not None else {}
+        extra["group_hosts"] = self.group_hosts
         self.process = self.kind.launch(self.args, engine_rank=self.engine_rank, host=self.host, port=port,
                                         num_threads=self.num_threads, log_path=self._log_path(), **extra)
         self._url = f"http://{self.host}:{port}"

@@ -25,6 +25,7 @@ import ray
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
+from slime.utils.security import API_KEY_ENV, ensure_job_api_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +47,17 @@ def start_ray(args) -> str | None:
     local Ray with a logical CPU per bundle so CPU jobs get one bundle per rank.
 
     Returns the job token (`$SLIME_JOB_TOKEN`, inherited by every worker of the job and the
-    processes they start), or None when Ray was already initialised in this process."""
+    processes they start), or None when Ray was already initialised in this process. The job's
+    API key (`$SLIME_API_KEY`, see `slime.utils.security.ensure_job_api_key`) travels the same
+    way: a local Ray's workers inherit this process's environment; on a cluster both go in the
+    job's runtime env (which Ray records: see docs/security.md)."""
     if ray.is_initialized():
         return None
     token = os.environ[JOB_TOKEN_ENV] = uuid.uuid4().hex
+    key = ensure_job_api_key(getattr(args, "sglang_api_key", None))
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
-                 runtime_env={"env_vars": {JOB_TOKEN_ENV: token}})
+                 runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
         return token
     plan = PlacementPlan.from_args(args)
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)

@@ -23,6 +23,7 @@ import ray
 import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
+from slime.ray.access import bind_host
 from slime.ray.engines import create_engine_actor, create_engines
 from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
@@ -155,7 +156,7 @@ class RolloutManager:
             self.router_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
             logger.info("using the existing router at %s", self.router_url)
             return None
-        host = ray.util.get_node_ip_address()
+        host = bind_host()  # loopback on a one-node cluster
         port = free_port(host)
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
                                extra=router_extra_args(args)).start()

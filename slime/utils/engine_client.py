@@ -3,7 +3,8 @@
 Owns `EngineClient` (async, aiohttp: one method per endpoint of docs/slime-compat.md section 6),
 `SyncEngineClient` (the same methods for scripts, each call in its own event loop),
 `EngineHTTPError` and `wait_until_healthy`. Nothing here is specific to one engine; the bodies
-come from `slime.utils.engine_requests`. Only health probes and /flush_cache (400 while requests
+come from `slime.utils.engine_requests`. Every request carries the job's key
+(`Authorization: Bearer`, from `$SLIME_API_KEY` unless given; see `slime.utils.security`). Only health probes and /flush_cache (400 while requests
 drain) retry; every other call is sent once (a retried weight update or generation could apply
 twice).
 """
@@ -17,6 +18,7 @@ import time
 import aiohttp
 
 from slime.utils import engine_requests as bodies
+from slime.utils.security import auth_headers, job_api_key
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +40,13 @@ class EngineClient:
     """Async client of one engine at `base_url` (e.g. "http://127.0.0.1:30000").
 
     Use as `async with EngineClient(url) as c: ...` or call `close()`; the aiohttp session is
-    created lazily inside the running loop.
+    created lazily inside the running loop. `api_key` None means the job's (`$SLIME_API_KEY`).
     """
 
-    def __init__(self, base_url: str, timeout: float = 600.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 600.0, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.headers = auth_headers(api_key or job_api_key())
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "EngineClient":
@@ -60,7 +63,7 @@ class EngineClient:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            self._session = aiohttp.ClientSession(timeout=self.timeout, headers=self.headers)
         return self._session
 
     async def request(self, method: str, path: str, payload: dict | None = None):
@@ -193,8 +196,8 @@ class SyncEngineClient:
     call runs in a fresh event loop with a fresh session (do not use inside a running loop).
     """
 
-    def __init__(self, base_url: str, timeout: float = 600.0) -> None:
-        self.base_url, self.timeout = base_url, timeout
+    def __init__(self, base_url: str, timeout: float = 600.0, api_key: str | None = None) -> None:
+        self.base_url, self.timeout, self.api_key = base_url, timeout, api_key
 
     def __getattr__(self, name: str):
         method = getattr(EngineClient, name, None)
@@ -203,7 +206,7 @@ class SyncEngineClient:
 
         def call(*args, **kwargs):
             async def once():
-                async with EngineClient(self.base_url, self.timeout) as client:
+                async with EngineClient(self.base_url, self.timeout, self.api_key) as client:
                     return await getattr(client, name)(*args, **kwargs)
 
             return asyncio.run(once())

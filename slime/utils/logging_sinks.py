@@ -2,8 +2,10 @@
 
 Metrics are flat `dict[str, float]` with namespaced keys (`rollout/`, `train/`, `eval/`, `perf/`)
 and one `step` (the rollout id). wandb and tensorboard are imported only here and only when their
-flag is set; a missing package fails at start-up with an install hint. The wandb key is handed to
-wandb through its login call and never logged or printed.
+flag is set; a missing package fails at start-up with an install hint. The wandb key comes from
+`$WANDB_API_KEY` (wandb reads it itself) or, for slime compatibility, `--wandb-key` (handed to
+`wandb.init` in its settings, which never writes it to ~/.netrc, unlike `wandb.login`); it is
+never logged or printed.
 """
 
 from __future__ import annotations
@@ -116,13 +118,14 @@ class WandbSink:
 
     def __init__(self, cfg: SinkConfig):
         wandb = self.wandb = _require("wandb", "--use-wandb", "wandb")
-        if cfg.wandb_key and (cfg.wandb_mode or "online") == "online":
-            wandb.login(key=cfg.wandb_key, relogin=True)
+        # an explicit key in the run's settings is used for this process only (no ~/.netrc)
+        settings = wandb.Settings(api_key=cfg.wandb_key) if cfg.wandb_key else None
         self.run = wandb.init(
             project=cfg.wandb_project or "slime",
             group=cfg.wandb_group,
             mode=cfg.wandb_mode or "online",
             dir=cfg.wandb_dir,
+            settings=settings,
         )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+
+from slime.utils.security import API_KEY_ENV
+
+# Flags that build the access guard, not the engine's config.
+GUARD_FLAGS = ("api_key", "allowed_weight_dir", "allowed_group_host")
 
 
 def parse_args(argv=None):
@@ -22,12 +28,32 @@ def parse_args(argv=None):
     p.add_argument("--num-threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's choice; 1 is fastest for tiny models on busy CPUs)")
     p.add_argument("--log-level", default="info", help="logging level")
+    p.add_argument("--api-key", default=None,
+                   help=f"require `Authorization: Bearer KEY` on every endpoint but /health* (SGLang's flag; "
+                        f"default: ${API_KEY_ENV}, preferred since a command line is visible in ps)")
+    p.add_argument("--allowed-weight-dir", action="append", default=None, metavar="DIR",
+                   help="/update_weights_from_disk loads only from inside these folders (repeatable; "
+                        "default: anywhere)")
+    p.add_argument("--allowed-group-host", action="append", default=None, metavar="HOST",
+                   help="/init_weights_update_group joins only masters at these addresses (repeatable; "
+                        "default: any)")
     args = p.parse_args(argv)
     if args.max_running_requests < 1:
         p.error("--max-running-requests must be >= 1")
     if args.context_length is not None and args.context_length < 2:
         p.error("--context-length must be >= 2")
+    args.api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     return args
+
+
+def build_guard(args):
+    """The access guard of the parsed flags (see `slime.backends.local_engine.guard`)."""
+    from slime.backends.local_engine.guard import Guard
+
+    def as_tuple(values):
+        return None if values is None else tuple(values)
+
+    return Guard(args.api_key, as_tuple(args.allowed_weight_dir), as_tuple(args.allowed_group_host))
 
 
 def main(argv=None) -> None:
@@ -39,11 +65,11 @@ def main(argv=None) -> None:
 
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = EngineConfig(**{k: v for k, v in vars(args).items() if k != "log_level"})
+    config = EngineConfig(**{k: v for k, v in vars(args).items() if k != "log_level" and k not in GUARD_FLAGS})
     engine = Engine(config)
     engine.start()
     try:
-        uvicorn.run(build_app(engine), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(build_app(engine, build_guard(args)), host=args.host, port=args.port, log_level="warning")
     finally:
         engine.stop()
 

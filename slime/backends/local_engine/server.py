@@ -6,7 +6,8 @@ defaults to "abort", group names to "weight_update_group", `/flush_cache` answer
 requests are in flight). Client errors (malformed JSON, bad values) raise `RequestError` and
 become HTTP 400 `{"error": {"message"}, "success": false, "message"}`; the engine keeps serving.
 Blocking work (weight updates, group rendezvous, memory release) runs in worker threads so
-/health stays responsive.
+/health stays responsive. Access rules (the API key, the weight folders and rendezvous hosts
+allowed) come from a `guard.Guard`: requests without the key get 401 before any route runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response
 
 from slime.backends.local_engine.engine import Engine
+from slime.backends.local_engine.guard import Guard, add_auth_middleware
 from slime.backends.local_engine.sampling import RequestError
 
 logger = logging.getLogger(__name__)
@@ -190,12 +192,13 @@ def _info_routes(engine: Engine) -> list:
     ]
 
 
-def _weight_routes(engine: Engine) -> list:
+def _weight_routes(engine: Engine, guard: Guard) -> list:
     w = engine.weights
 
     async def from_disk(request: HTTPRequest):
         body = await _json(request)
         (path,) = _require(body, "model_path")
+        guard.check_weight_path(path)
         await _abort_if_asked(engine, body)
         n = await asyncio.to_thread(w.update_from_disk, path, body.get("load_format"), body.get("weight_version"))
         return _ok(f"loaded {n} tensors from {path}", weight_version=w.version)
@@ -203,6 +206,7 @@ def _weight_routes(engine: Engine) -> list:
     async def init_group(request: HTTPRequest):
         body = await _json(request)
         args = _require(body, "master_address", "master_port", "rank_offset", "world_size")
+        guard.check_group_host(args[0])
         name = body.get("group_name", DEFAULT_GROUP)
         await asyncio.to_thread(w.init_group, *args, name, body.get("backend", DEFAULT_GROUP_BACKEND))
         return _ok(f"joined weights update group {name}")
@@ -252,10 +256,14 @@ async def _client_error(_request: HTTPRequest, exc: RequestError) -> JSONRespons
     return JSONResponse({"error": {"message": message}, "success": False, "message": message}, status_code=400)
 
 
-def build_app(engine: Engine) -> FastAPI:
-    """A FastAPI app serving `engine` (the caller starts/stops the engine's scheduler)."""
+def build_app(engine: Engine, guard: Guard | None = None) -> FastAPI:
+    """A FastAPI app serving `engine` under `guard`'s rules (default: none; the caller
+    starts/stops the engine's scheduler)."""
+    guard = guard or Guard()
     app = FastAPI(title="slime local engine")
-    for path, methods, handler in _generation_routes(engine) + _control_routes(engine) + _info_routes(engine) + _weight_routes(engine):
+    routes = _generation_routes(engine) + _control_routes(engine) + _info_routes(engine) + _weight_routes(engine, guard)
+    for path, methods, handler in routes:
         app.add_api_route(path, handler, methods=methods)
     app.add_exception_handler(RequestError, _client_error)
+    add_auth_middleware(app, guard)
     return app

@@ -28,6 +28,7 @@ from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nn
 from slime.utils.arguments.sglang import DEFAULT_ENGINE_START_TIMEOUT
 from slime.utils.engine_client import wait_until_healthy
 from slime.utils.misc import free_port
+from slime.utils.security import job_api_key, redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ class SGLangEngine:
         finally:
             if out is not None:
                 out.close()
-        logger.info("started SGLang engine pid %d (%s): %s", self.process.pid, self.url, " ".join(self.command))
+        logger.info("started SGLang engine pid %d (%s): %s", self.process.pid, self.url,
+                    " ".join(redact_argv(self.command)))
         if self.serves_http:
             try:
                 wait_until_healthy(self.url, timeout=timeout, process=self.process)
@@ -167,14 +169,15 @@ def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | 
 
     `num_engines` None means --rollout-num-gpus / --rollout-num-gpus-per-engine; `nccl_port` None
     picks a free port on `host`; `base_gpu_id` counts within the visible devices. See
-    `sglang_server_args` for the fields and `SGLangEngine` for devices, logs and the launcher.
+    `sglang_server_args` for the fields and `SGLangEngine` for devices, logs and the launcher. The
+    engine's --api-key is the job's (`$SLIME_API_KEY`; none when unset).
     """
     if num_engines is None:
         num_engines = args.rollout_num_gpus // args.rollout_num_gpus_per_engine
     fields = sglang_server_args(
         args, engine_rank=engine_rank, num_engines=num_engines, host=host, port=port,
         nccl_port=nccl_port if nccl_port is not None else free_port(host), dist_init_addr=dist_init_addr,
-        base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args))
+        base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args), api_key=job_api_key())
     return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
 
 

@@ -5,6 +5,14 @@ group, waits until it answers, registers engines with `POST /workers` (registrat
 the router and checked against the worker, so `add_worker` polls `GET /workers` until the engine
 is listed) and stops only the process it started. With `--sglang-router-ip/--sglang-router-port`
 set, the framework uses that existing router instead and starts none.
+
+Authentication (seen with sglang-router 0.3.2): started with `--api-key KEY` the router answers
+401 to every client request without `Authorization: Bearer KEY` (`/generate`, `/workers`, ...),
+forwards it on generation requests, and uses a worker's own key for its probes only when the
+worker was registered with `{"url", "api_key"}` (else it warns and probes without). So the job's
+key (`$SLIME_API_KEY`) goes to the router, on every call below, and into every registration.
+The key is on the router's command line (sglang-router reads it nowhere else): logs and errors
+show that line redacted.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 import requests
 
 from slime.utils.misc import free_port
+from slime.utils.security import auth_headers, job_api_key, redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +44,18 @@ class RouterError(RuntimeError):
 ROUTER_FIXED_FLAGS = ("--disable-circuit-breaker", "--disable-health-check")
 
 
-def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None) -> list[str]:
+def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None,
+                   api_key: str | None = None) -> list[str]:
     """The command line that launches sglang-router (`--router-*` flags arrive as `extra`, e.g.
-    `--request-timeout-secs` from --router-request-timeout-secs), with `ROUTER_FIXED_FLAGS`.
-    Its metrics endpoint gets a free port unless given: the default (29000) may be taken, and
-    the router then fails to start."""
-    extra = list(extra or [])
+    `--request-timeout-secs` from --router-request-timeout-secs), with `ROUTER_FIXED_FLAGS` and
+    `--api-key` when a key is given. Its metrics endpoint gets a free port unless given: the
+    default (29000) may be taken, and the router then fails to start. It binds `host`, as the
+    router does (its default is every interface)."""
+    extra = list(extra or []) + (["--api-key", api_key] if api_key else [])
     if "--prometheus-port" not in extra:
-        extra += ["--prometheus-port", str(free_port())]
+        extra += ["--prometheus-port", str(free_port(host))]
+    if "--prometheus-host" not in extra:
+        extra += ["--prometheus-host", host]
     extra += [flag for flag in ROUTER_FIXED_FLAGS if flag not in extra]
     return [
         sys.executable, "-m", "sglang_router.launch_router",
@@ -64,13 +77,14 @@ def router_extra_args(args) -> list[str]:
 
 
 class RouterProcess:
-    """A sglang-router subprocess we own."""
+    """A sglang-router subprocess we own; `api_key` None means the job's (`$SLIME_API_KEY`)."""
 
     def __init__(self, host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None,
-                 log_path: str | Path | None = None):
+                 log_path: str | Path | None = None, api_key: str | None = None):
         self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
-        self.command = router_command(host, port, policy, extra)
+        self.api_key = api_key or job_api_key()
+        self.command = router_command(host, port, policy, extra, self.api_key)
         self.log_path = Path(log_path) if log_path else None
         self.process: subprocess.Popen | None = None
 
@@ -83,7 +97,7 @@ class RouterProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RouterError(f"sglang-router exited with code {self.process.returncode} "
-                                  f"(command: {' '.join(self.command)}; log: {self.log_path})")
+                                  f"(command: {' '.join(redact_argv(self.command))}; log: {self.log_path})")
             if self._answers():
                 logger.info("sglang-router up at %s", self.url)
                 return self
@@ -93,7 +107,7 @@ class RouterProcess:
 
     def _answers(self) -> bool:
         try:
-            return requests.get(f"{self.url}/workers", timeout=1).ok
+            return requests.get(f"{self.url}/workers", timeout=1, headers=auth_headers(self.api_key)).ok
         except requests.RequestException:
             return False
 
@@ -109,18 +123,28 @@ class RouterProcess:
             self.process.wait()
 
 
+def _workers(router_url: str):
+    resp = requests.get(f"{router_url}/workers", timeout=10, headers=auth_headers(job_api_key()))
+    if not resp.ok:
+        raise RouterError(f"router {router_url} answered GET /workers with {resp.status_code} {resp.text[:200]}")
+    return resp.json()
+
+
 def list_workers(router_url: str) -> list[str]:
-    """URLs of the engines registered with the router."""
-    body = requests.get(f"{router_url}/workers", timeout=10).json()
+    """URLs of the engines registered with the router (the job's key sent, as in every call here)."""
+    body = _workers(router_url)
     workers = body.get("workers", []) if isinstance(body, dict) else body
     return [w["url"] if isinstance(w, dict) else str(w) for w in workers]
 
 
 def add_worker(router_url: str, engine_url: str, timeout: float = 60.0) -> None:
-    """Register `engine_url` with the router and wait until the router lists it."""
+    """Register `engine_url` (with the job's key, for the router's calls to it) and wait until the
+    router lists it."""
     if engine_url in list_workers(router_url):
         return
-    resp = requests.post(f"{router_url}/workers", json={"url": engine_url}, timeout=10)
+    key = job_api_key()
+    resp = requests.post(f"{router_url}/workers", json={"url": engine_url, **({"api_key": key} if key else {})},
+                         timeout=10, headers=auth_headers(key))
     if not resp.ok:
         raise RouterError(f"router {router_url} refused worker {engine_url}: {resp.status_code} {resp.text}")
     deadline = time.monotonic() + timeout
@@ -134,7 +158,7 @@ def add_worker(router_url: str, engine_url: str, timeout: float = 60.0) -> None:
 
 def remove_worker(router_url: str, engine_url: str) -> None:
     """Unregister an engine (e.g. one that died) by its URL."""
-    body = requests.get(f"{router_url}/workers", timeout=10).json()
+    body = _workers(router_url)
     for worker in body.get("workers", []):
         if worker.get("url") == engine_url and worker.get("id"):
-            requests.delete(f"{router_url}/workers/{worker['id']}", timeout=10)
+            requests.delete(f"{router_url}/workers/{worker['id']}", timeout=10, headers=auth_headers(job_api_key()))

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, server_args_version, sglang_overrides
+from slime.utils.arguments.logger import is_secret_dest
 from slime.utils.arguments.sglang_fields import entry_by_name, render_option
+from slime.utils.security import REDACTED
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +35,11 @@ DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 # Fields `sglang_server_args` always sets, whatever the passthrough says.
 FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes", "node_rank", "dist_init_addr",
                     "random_seed", "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup",
-                    "trust_remote_code")
+                    "trust_remote_code", "api_key", "admin_api_key")
 # Placeholders of the --dry-run command lines: hosts and ports are picked when an engine starts.
 DRY_RUN_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_DIST_PORT = 30000, 30001, 30002
+# Placeholder of the --dry-run lines for the job's key (generated when the job starts).
+DRY_RUN_API_KEY = "$SLIME_API_KEY"
 
 
 def engine_nnodes(args) -> int:
@@ -68,7 +72,7 @@ def _check_topology(args, engine_rank: int, num_engines: int, node_rank: int, nn
 
 def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, port: int, nccl_port: int,
                        dist_init_addr: str | None, base_gpu_id: int, node_rank: int = 0,
-                       nnodes: int | None = None) -> dict[str, Any]:
+                       nnodes: int | None = None, api_key: str | None = None) -> dict[str, Any]:
     """ServerArgs field values for engine `engine_rank` of `num_engines` (its process on `node_rank`).
 
     Returns {field: value}: the framework fields, then every user-changed `--sglang-*` value
@@ -77,7 +81,9 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
     model_path = --hf-checkpoint, tp_size = engine_tp_size(args), pp_size = --sglang-pp-size,
     random_seed = --seed + engine_rank, enable_memory_saver = --offload-rollout (on with --colocate
     / --offload), skip_server_warmup and trust_remote_code True, plus host, port, nccl_port,
-    base_gpu_id (first GPU of the engine among the visible ones on this node). `nnodes` None means
+    base_gpu_id (first GPU of the engine among the visible ones on this node), api_key = `api_key`
+    (the job's key: every endpoint but /health* then needs it) and admin_api_key None (one key
+    for every endpoint; a separate admin key would lock the job's own weight updates out). `nnodes` None means
     `engine_nnodes(args)`; engines spanning several nodes also get node_rank and dist_init_addr
     (required then). Raises ValueError naming the flags on an inconsistent topology.
     """
@@ -89,12 +95,14 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
         "nnodes": nnodes, "node_rank": node_rank, "dist_init_addr": dist_init_addr if nnodes > 1 else None,
         "random_seed": args.seed + engine_rank, "base_gpu_id": base_gpu_id, "nccl_port": nccl_port,
         "enable_memory_saver": bool(args.offload_rollout), "skip_server_warmup": True, "trust_remote_code": True,
+        "api_key": api_key, "admin_api_key": None,
     }
     overrides = sglang_overrides(args)
     for name in sorted(set(overrides) & set(framework)):
         if overrides[name] != framework[name]:
+            shown = [REDACTED if is_secret_dest(name) and v is not None else v for v in (overrides[name], framework[name])]
             logger.warning("--sglang-%s %r is ignored: the framework sets %s=%r for engine %d",
-                           name.replace("_", "-"), overrides[name], name, framework[name], engine_rank)
+                           name.replace("_", "-"), shown[0], name, shown[1], engine_rank)
     return {**framework, **{name: value for name, value in overrides.items() if name not in framework}}
 
 
@@ -145,7 +153,8 @@ def planned_engine_processes(args) -> list[EngineProcess]:
 
 def dry_run_commands(args) -> list[str]:
     """`sglang command: <argv>` for every planned engine process, hosts and ports as placeholders
-    (`node<N>`, DRY_RUN_*), plus one note line saying so; empty without engines."""
+    (`node<N>`, DRY_RUN_*; the key as DRY_RUN_API_KEY), plus one note line saying so; empty
+    without engines."""
     processes = planned_engine_processes(args)
     num_engines = len({p.engine_rank for p in processes})
     lines = []
@@ -154,9 +163,10 @@ def dry_run_commands(args) -> list[str]:
         fields = sglang_server_args(
             args, engine_rank=p.engine_rank, num_engines=num_engines, host=f"node{p.node}", port=DRY_RUN_PORT,
             nccl_port=DRY_RUN_NCCL_PORT, dist_init_addr=f"node{head.node}:{DRY_RUN_DIST_PORT}",
-            base_gpu_id=p.base_gpu_id, node_rank=p.node_rank, nnodes=p.nnodes)
+            base_gpu_id=p.base_gpu_id, node_rank=p.node_rank, nnodes=p.nnodes, api_key=DRY_RUN_API_KEY)
         lines.append("sglang command: " + shlex.join(server_command(fields)))
     if lines:
         lines.insert(0, f"# engine launch lines for sglang {server_args_version()}; hosts node<N> and ports "
-                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} are placeholders picked at start")
+                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} and the job's key {DRY_RUN_API_KEY} "
+                        "are placeholders picked at start")
     return lines

@@ -69,8 +69,12 @@ async def _char_match_grader(args, sample, text: str, *, answer_only: bool, **kw
     """Per-character credit against the label, plus the stop after the answer (not for boxed_)."""
     if kwargs:
         raise TypeError(f"rm_type 'char_match' takes no options, got {sorted(kwargs)}")
-    stopped = None if answer_only else sample.status == sample.Status.COMPLETED
-    return char_match_score(text, sample.label, stopped)
+    if answer_only:
+        return char_match_score(text, sample.label, None)
+    stopped = sample.status == sample.Status.COMPLETED
+    # the answer's tokens: the response without its end-of-turn token (unknown before generation)
+    num_tokens = sample.response_length - int(stopped) if sample.response_length else None
+    return char_match_score(text, sample.label, stopped, num_tokens)
 
 
 def _plain(fn: Callable[[str, Any], Any]) -> LocalFn:

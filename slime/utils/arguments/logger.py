@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--wandb-group", type=str, default=None, help="wandb group of the run.")
     group.add_argument("--wandb-team", type=str, default=None, help="wandb entity (team).")
     group.add_argument("--wandb-host", type=str, default=None, help="wandb server URL.")
-    group.add_argument("--wandb-key", type=str, default=None, help="wandb API key (secret: never printed).")
+    group.add_argument("--wandb-key", type=str, default=None,
+                       help="wandb API key (secret: never printed). Prefer exporting WANDB_API_KEY: a command "
+                            "line is visible in ps and in Ray's job records.")
     group.add_argument("--wandb-dir", type=str, default=None, help="Local directory for wandb files.")
     group.add_argument("--use-tensorboard", action="store_true", default=False, help="Log metrics to tensorboard.")
     group.add_argument("--tb-project-name", type=str, default=None, help="Tensorboard project directory name.")
@@ -45,6 +47,9 @@ def validate(args: argparse.Namespace) -> list[str]:
                                            ("--wandb-key", args.wandb_key)) if value is not None]
     if wandb_only and not args.use_wandb:
         warnings.append(f"{', '.join(wandb_only)} given without --use-wandb: wandb is off")
+    if args.wandb_key is not None:
+        warnings.append("--wandb-key puts the key on a command line (visible in ps and in Ray's job records): "
+                        "export WANDB_API_KEY instead")
     if args.tb_project_name is not None and not args.use_tensorboard:
         warnings.append("--tb-project-name given without --use-tensorboard: tensorboard is off")
     return warnings

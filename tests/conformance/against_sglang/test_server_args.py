@@ -20,8 +20,8 @@ import subprocess
 
 import pytest
 
-from slime.backends.sglang_utils.server_args import (DRY_RUN_DIST_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_PORT,
-                                                     dry_run_commands)
+from slime.backends.sglang_utils.server_args import (DRY_RUN_API_KEY, DRY_RUN_DIST_PORT, DRY_RUN_NCCL_PORT,
+                                                     DRY_RUN_PORT, dry_run_commands)
 from slime.utils.arguments import parse_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -116,6 +116,8 @@ def test_recipe_launch_lines_parse(tmp_path, name, script, env, extra, expected,
         assert (server_args.port, server_args.nccl_port) == (DRY_RUN_PORT, DRY_RUN_NCCL_PORT)
         assert server_args.random_seed == args.seed + engine
         assert server_args.skip_server_warmup is True and server_args.trust_remote_code is True
+        # the job's key guards every endpoint but /health*; no separate admin key
+        assert server_args.api_key == DRY_RUN_API_KEY and server_args.admin_api_key is None
         if nnodes > 1:
             head_node = engine * nnodes  # placeholder hosts are node<N>
             assert server_args.dist_init_addr == f"node{head_node}:{DRY_RUN_DIST_PORT}"

@@ -73,6 +73,13 @@ def test_odd_even_task_has_word_labels_and_the_same_split(tmp_path, tiny_moe_hf)
         assert len(ids) == len(row["label"]) > 1 and tok.unk_token_id not in ids
 
 
+def test_parity_twice_task_has_two_digit_labels(tmp_path):
+    out = toy.make_toy_data(tmp_path, seed=0, num_train=32, task="parity_twice")
+    for row in _rows(out / "train.jsonl") + _rows(out / "eval.jsonl"):
+        n = row["metadata"]["n"]
+        assert row["prompt"] == f"{n} mod 2 twice" and row["label"] == ("00", "11")[n % 2]
+
+
 def test_unknown_task_names_the_flag(tmp_path):
     import pytest
 

@@ -35,16 +35,16 @@ def test_dry_run_builds_once_and_validates(repo_root, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in built} == built  # nothing rebuilt
 
 
-def test_odd_even_task_dry_run_uses_its_own_data_and_reward(repo_root, tmp_path):
+def test_multi_token_task_dry_run_uses_its_own_data_and_reward(repo_root, tmp_path):
     if not _venv_current(repo_root):
         pytest.skip(".venv is missing or older than setup.py; run scripts/test.sh to refresh it")
-    env = {**os.environ, "SLIME_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1", "TASK": "odd_even"}
+    env = {**os.environ, "SLIME_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1", "TASK": "parity_twice"}
     out = subprocess.run(["bash", str(repo_root / "scripts/run-tiny-moe-cpu.sh")], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "task: odd_even" in out.stdout and "dry run done" in out.stdout
-    rows = (tmp_path / "run" / "data-odd_even" / "train.jsonl").read_text().splitlines()
-    assert rows and all('"label": "odd"' in r or '"label": "even"' in r for r in rows)
+    assert "task: parity_twice" in out.stdout and "dry run done" in out.stdout
+    rows = (tmp_path / "run" / "data-parity_twice" / "train.jsonl").read_text().splitlines()
+    assert rows and all('"label": "00"' in r or '"label": "11"' in r for r in rows)
     assert not (tmp_path / "run" / "data").exists()  # the parity data folder is not touched
 
 

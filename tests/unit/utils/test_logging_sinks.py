@@ -61,6 +61,7 @@ def test_console_line_has_reward_eval_kl_entropy_and_time(tmp_path, caplog):
 def test_wandb_offline_writes_a_run_without_the_key(tmp_path, monkeypatch, capfd):
     for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.netrc must stay unwritten
     secret = "wandb-key-never-shown-123"
     cfg = SinkConfig(metrics_dir=str(tmp_path / "m"), use_wandb=True, wandb_mode="offline", wandb_key=secret,
                      wandb_project="p", wandb_dir=str(tmp_path))
@@ -73,6 +74,22 @@ def test_wandb_offline_writes_a_run_without_the_key(tmp_path, monkeypatch, capfd
     assert secret not in out + err
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert secret.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
+def test_online_wandb_gets_the_key_in_its_run_settings_not_by_login(monkeypatch):
+    import wandb
+
+    from slime.utils.logging_sinks import WandbSink
+
+    def login(*_args, **_kwargs):
+        raise AssertionError("wandb.login(key=...) writes the key to ~/.netrc")
+
+    seen = {}
+    monkeypatch.setattr(wandb, "login", login)
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs))
+    WandbSink(SinkConfig(use_wandb=True, wandb_mode="online", wandb_key="k-123"))
+    assert seen["mode"] == "online" and seen["settings"].api_key == "k-123"
 
 
 def test_dry_run_output_has_no_wandb_key(tmp_path):

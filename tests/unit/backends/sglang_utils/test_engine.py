@@ -16,6 +16,7 @@ from slime.utils.arguments import parse_args
 from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_ARGS
 
 from slime.utils.misc import free_port
+from slime.utils.security import API_KEY_ENV
 
 FAKE_SERVER = Path(__file__).with_name("fake_sglang_server.py")
 EIGHT_GPUS = "0,1,2,3,4,5,6,7"
@@ -42,7 +43,10 @@ def args():
     return parse_args(QWEN3_30B_A3B_ARGS)
 
 
-def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path):
+def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path, monkeypatch, caplog):
+    key = "job-key-for-the-fake-server-31"
+    monkeypatch.setenv(API_KEY_ENV, key)  # the job's key reaches SGLang as --api-key, and no log line
+    caplog.set_level("INFO")
     record = tmp_path / "record.json"
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     engine = None
@@ -57,6 +61,8 @@ def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path):
         assert seen["argv"] == engine.command[2:]
         assert seen["cuda_visible_devices"] == EIGHT_GPUS
         assert "--model-path" in seen["argv"] and seen["argv"][seen["argv"].index("--tp-size") + 1] == "8"
+        assert seen["argv"][seen["argv"].index("--api-key") + 1] == key and "started SGLang engine" in caplog.text
+        assert key not in caplog.text
         assert engine.stop() is not None
         assert not engine.is_alive() and engine.poll() is not None
         assert _wait_gone(seen["child_pid"]), "the server's child survived stop()"

@@ -152,12 +152,17 @@ def test_dry_run_prints_each_engine_command(capsys):
 
     import train
 
+    secret = "user-sglang-SECRET-55"  # a key of the user's never shows: the lines carry a placeholder
     assert train.main(QWEN3_30B_A3B_ARGS + ["--rollout-num-gpus-per-engine", "4", "--sglang-ep-size", "4",
-                                            "--sglang-dp-size", "4", "--sglang-cuda-graph-bs", "1", "2"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sglang command: ")]
+                                            "--sglang-dp-size", "4", "--sglang-cuda-graph-bs", "1", "2",
+                                            "--sglang-api-key", secret]) == 0
+    out = capsys.readouterr().out
+    assert secret not in out
+    lines = [line for line in out.splitlines() if line.startswith("sglang command: ")]
     assert len(lines) == 2
     for rank, line in enumerate(lines):
         argv = shlex.split(line[len("sglang command: "):])
         assert argv[argv.index("--base-gpu-id") + 1] == str(4 * rank)
         assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--random-seed") + 1] == str(1234 + rank)
         assert argv[argv.index("--cuda-graph-bs-decode") + 1: argv.index("--cuda-graph-bs-decode") + 3] == ["1", "2"]
+        assert argv[argv.index("--api-key") + 1] == sa.DRY_RUN_API_KEY and "--admin-api-key" not in argv

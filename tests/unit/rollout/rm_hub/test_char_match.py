@@ -28,6 +28,19 @@ def test_score(text, label, stopped, expected):
     assert char_match_score(text, label, stopped) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    "text, stopped, num_tokens, expected",
+    [
+        ("11", True, 2, 1.0),
+        ("11", False, 3, 2 / 4),  # "11" + a token that decodes to nothing: 3 tokens, not the exact answer cut short
+        ("11", True, 3, 2 / 4),  # ... and stopping after it is not stopping after the answer
+        ("1", True, 2, 1 / 3),
+    ],
+)
+def test_invisible_tokens_count(text, stopped, num_tokens, expected):
+    assert char_match_score(text, "11", stopped, num_tokens) == pytest.approx(expected)
+
+
 def test_registered_reward_reads_the_stop_from_the_sample_status():
     args = SimpleNamespace(rm_type="char_match", custom_rm_path=None, group_rm=False, rm_url=None, reward_key=None)
 
@@ -36,3 +49,5 @@ def test_registered_reward_reads_the_stop_from_the_sample_status():
 
     assert reward(Sample.Status.COMPLETED) == 1.0
     assert reward(Sample.Status.TRUNCATED) == pytest.approx(4 / 5)
+    invisible = Sample(response="even", label="even", status=Sample.Status.TRUNCATED, response_length=5)
+    assert asyncio.run(async_rm(args, invisible)) == pytest.approx(4 / 6)  # 5 tokens, 4 visible

@@ -11,7 +11,7 @@ from tests.unit.utils.plan.conftest import REPO
 
 
 def _dry_run(*extra, **env):
-    inherited = {k: v for k, v in os.environ.items() if k not in ("WANDB_KEY", "DP_ATTN", "FP8")}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("WANDB_KEY", "WANDB_API_KEY", "DP_ATTN", "FP8")}
     full_env = dict(inherited, PYTHON=sys.executable, MODEL_DIR="/nonexistent-models", **env)
     return subprocess.run(["bash", "scripts/run-qwen3-30B-A3B.sh", "--dry-run", *extra], cwd=REPO, env=full_env,
                           capture_output=True, text=True, timeout=120)
@@ -32,6 +32,7 @@ def test_dry_run_recipe_fits_on_one_node():
     assert "455.54 GiB" in _line(out, "per node")
     assert _line(out, "engines").startswith("1 x 8 GPUs (tp 8, dp-attention 1, ep 8)")
     assert "do-not-print-me" not in out + proc.stderr
+    assert "--wandb-key" not in out + proc.stderr  # the key went by environment (no warning about the flag)
 
 
 def test_dry_run_options_and_extra_flags():
