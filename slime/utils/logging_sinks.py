@@ -27,6 +27,8 @@ class SinkConfig:
     wandb_mode: str | None = None
     wandb_project: str | None = None
     wandb_group: str | None = None
+    wandb_team: str | None = None
+    wandb_host: str | None = None
     wandb_key: str | None = None
     wandb_dir: str | None = None
     use_tensorboard: bool = False
@@ -112,14 +114,17 @@ def _require(module: str, flag: str, package: str):
 
 
 class WandbSink:
-    """Logs to wandb; `--wandb-mode offline` works without network."""
+    """Logs to wandb; `--wandb-mode offline` works without network. `--wandb-team` is the run's
+    entity, `--wandb-host` the server logged in to (online mode, with or without `--wandb-key`)."""
 
     def __init__(self, cfg: SinkConfig):
         wandb = self.wandb = _require("wandb", "--use-wandb", "wandb")
-        if cfg.wandb_key and (cfg.wandb_mode or "online") == "online":
-            wandb.login(key=cfg.wandb_key, relogin=True)
+        if (cfg.wandb_key or cfg.wandb_host) and (cfg.wandb_mode or "online") == "online":
+            login = {"key": cfg.wandb_key, "relogin": True} if cfg.wandb_key else {}
+            wandb.login(**login, **({"host": cfg.wandb_host} if cfg.wandb_host else {}))
         self.run = wandb.init(
             project=cfg.wandb_project or "slime",
+            entity=cfg.wandb_team,
             group=cfg.wandb_group,
             mode=cfg.wandb_mode or "online",
             dir=cfg.wandb_dir,

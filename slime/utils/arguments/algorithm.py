@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from slime.utils.arguments.common import require
+from slime.utils.arguments.common import positive_int, require
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
@@ -45,14 +45,17 @@ def _add_correction(group) -> None:
     group.add_argument("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS weight.")
     group.add_argument("--use-rollout-logprobs", action="store_true", default=False,
                        help="Use the engines' log-probs as the old policy instead of recomputing them.")
-    group.add_argument("--ref-update-interval", type=int, default=None,
-                       help="Copy the actor into the reference model every this many rollouts (None: never).")
+    group.add_argument("--ref-update-interval", type=positive_int("--ref-update-interval"), default=None,
+                       help="Copy the actor's weights into the reference model after every this many rollouts "
+                       "(None: never).")
     group.add_argument("--num-critic-only-steps", type=int, default=0,
                        help="Rollouts at the start that train only the critic (ppo).")
     group.add_argument("--use-routing-replay", action="store_true", default=False,
-                       help="Replay the MoE routing of the log-prob pass in the training pass.")
+                       help="Replay the MoE routing of the log-prob pass in the training pass (not implemented "
+                       "yet: refused).")
     group.add_argument("--use-rollout-routing-replay", action="store_true", default=False,
-                       help="Replay the engines' MoE routing (rollout_routed_experts) in training.")
+                       help="Replay the engines' MoE routing (rollout_routed_experts) in training (not "
+                       "implemented yet: refused).")
     group.add_argument("--custom-loss-function-path", type=str, default=None,
                        help="fn(args, batch, logits, sum_of_sample_mean) -> (loss, log_dict); --loss-type custom_loss.")
     group.add_argument("--custom-advantage-function-path", type=str, default=None,
@@ -71,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> list[str]:
     """--eps-clip-high defaults to --eps-clip; --eps-clip-c > 1; --loss-type custom_loss needs
-    --custom-loss-function-path; --tis-clip-low <= --tis-clip."""
+    --custom-loss-function-path; --tis-clip-low <= --tis-clip; --use-routing-replay and
+    --use-rollout-routing-replay are refused (not implemented)."""
     warnings: list[str] = []
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
@@ -83,10 +87,15 @@ def validate(args: argparse.Namespace) -> list[str]:
                 "--loss-type custom_loss requires --custom-loss-function-path")
     elif args.custom_loss_function_path is not None:
         warnings.append(f"--custom-loss-function-path is ignored with --loss-type {args.loss_type}")
+    for flag, on in (("--use-routing-replay", args.use_routing_replay),
+                     ("--use-rollout-routing-replay", args.use_rollout_routing_replay)):
+        require(not on, f"{flag} is not implemented yet (MoE routing replay); drop the flag")
     if args.custom_tis_function_path and not args.use_tis:
         warnings.append("--custom-tis-function-path is ignored without --use-tis (as in slime)")
     require(args.tis_clip_low <= args.tis_clip,
             f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
+    if args.ref_update_interval is not None and not (args.use_kl_loss or args.kl_coef != 0):
+        warnings.append("--ref-update-interval without --use-kl-loss / --kl-coef: there is no reference model")
     if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:
         warnings.append("--use-kl-loss / --kl-coef without --ref-load: the reference model starts from --load")
     return warnings
