@@ -81,8 +81,12 @@ def test_flags_do_what_their_help_says(e2e_inputs, tmp_path):
     kl = [by_id[r]["train/kl_loss"] for r in range(num_rollout)]
     assert abs(kl[0]) < 1e-6 and abs(kl[1]) > 1e-4 and abs(kl[2]) < 1e-6, kl
 
-    # --custom-tis-function-path ran in every step; --use-rollout-logprobs: old policy = engine's
+    # --custom-tis-function-path ran in every step
     assert all(by_id[r]["train/e2e_tis"] == pytest.approx(1.0) for r in range(num_rollout))
+    # --use-rollout-logprobs: the old policy is the engine's, here one update stale on rollout 1
+    # (recomputed old log-probs would make the first step's PPO KL 0)
+    assert all(by_id[r]["train/train_rollout_logprob_abs_diff"] == 0.0 for r in range(num_rollout))
+    assert abs(by_id[0]["train/ppo_kl"]) < 1e-6 and abs(by_id[1]["train/ppo_kl"]) > 1e-3
 
     # --normalize-advantages whitens over both data-parallel ranks
     probes = _probes(tmp_path)

@@ -169,7 +169,8 @@ class MegatronTrainer:
     def _fill_advantages(self, rollout_data: dict, mine: list[int]) -> None:
         """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
         computes the loss). `--custom-advantage-function-path` replaces the estimator;
-        `--normalize-advantages` then whitens either over the data-parallel batch."""
+        `--normalize-advantages` then whitens the advantages (the estimator's or the plugin's)
+        over the data-parallel batch."""
         if not _mpu().is_pipeline_last_stage():
             return
         if self.args.custom_advantage_function_path:
