@@ -16,14 +16,17 @@ from slime.utils.plan import build_plan, render_plan
 def train(args) -> None:
     """Metrics row r holds rollout r and, when evaluated, the eval of the same weights that
     generated it (eval after rollout r-1); a final row holds the eval after the last rollout."""
+    from slime.ray.critic import CriticSide
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
     with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
         rollout = job.start(RolloutSide)
         args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
         actor = job.start(ActorSide)
+        critic = job.start(CriticSide)  # --advantage-estimator ppo only (else every call is a no-op)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(rollout), num_rollout=args.num_rollout)
+        critic.init()
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
@@ -32,9 +35,12 @@ def train(args) -> None:
             data, rollout_metrics = rollout.generate(rollout_id)
             metrics |= rollout_metrics
             metrics |= actor.onload_if_colocated(rollout)
-            metrics |= actor.train(rollout_id, data)
+            data = critic.add_values(data)
+            if critic.actor_trains(rollout_id):  # not during --num-critic-only-steps
+                metrics |= actor.train(rollout_id, data)
+            metrics |= critic.train(rollout_id, data, actor)
             if schedule.save_after(rollout_id):
-                metrics |= actor.save(rollout_id) | rollout.save(rollout_id)
+                metrics |= actor.save(rollout_id) | rollout.save(rollout_id) | critic.save(rollout_id)
             if schedule.sync_after(rollout_id):  # every --update-weights-interval rollouts
                 metrics |= actor.sync_weights(rollout, version=rollout_id + 1)
             log.log(rollout_id, metrics)

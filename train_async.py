@@ -11,14 +11,17 @@ from train import main as train_main
 
 def train_async(args) -> None:
     """Metrics rows as in train.py; eval runs on the weights just synced."""
+    from slime.ray.critic import CriticSide
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
     with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
         rollout = job.start(RolloutSide)
         args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
         actor = job.start(ActorSide)
+        critic = job.start(CriticSide)  # --advantage-estimator ppo only (else every call is a no-op)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=args.num_rollout)
+        critic.init()
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
@@ -28,9 +31,12 @@ def train_async(args) -> None:
             data, rollout_metrics = ready or rollout.collect(pending)
             metrics |= rollout_metrics
             pending = rollout.submit(rollout_id + 1) if rollout_id + 1 < schedule.num_rollout else None
-            metrics |= actor.train(rollout_id, data)
+            data = critic.add_values(data)
+            if critic.actor_trains(rollout_id):  # not during --num-critic-only-steps
+                metrics |= actor.train(rollout_id, data)
+            metrics |= critic.train(rollout_id, data, actor)
             if schedule.save_after(rollout_id):
-                metrics |= actor.save(rollout_id) | rollout.save(rollout_id)
+                metrics |= actor.save(rollout_id) | rollout.save(rollout_id) | critic.save(rollout_id)
             ready = None
             if (rollout_id + 1) % args.update_weights_interval == 0:
                 ready = rollout.collect(pending) if pending else None  # let the in-flight rollout finish

@@ -27,6 +27,12 @@ FAILURE_GRACE_S = 3.0
 # --enable-symm-mem); the trainer's NCCL weight-sync group with them needs the same value.
 TRAINER_ENV = {"OMP_NUM_THREADS": "1", "NCCL_CUMEM_ENABLE": "0"}
 
+# What one rank of a group runs, by the group's role: "module:class", imported on the rank.
+TRAINER_CLASSES = {
+    "actor": "slime.backends.megatron_utils.actor:MegatronTrainer",
+    "critic": "slime.backends.megatron_utils.critic:MegatronCritic",
+}
+
 
 class TrainerRankError(RuntimeError):
     """One or more trainer ranks raised or died during a group call."""
@@ -71,10 +77,11 @@ def gather_ranks(refs: list, method: str) -> list:
 
 @ray.remote
 class TrainActor:
-    """One trainer rank: a `MegatronTrainer` behind Ray method calls."""
+    """One trainer rank: a `MegatronTrainer` (or, role "critic", a `MegatronCritic`) behind Ray
+    method calls."""
 
-    def __init__(self, rank: int, world_size: int):
-        self.rank, self.world_size = rank, world_size
+    def __init__(self, rank: int, world_size: int, role: str = "actor"):
+        self.rank, self.world_size, self.role = rank, world_size, role
         self.trainer = None
 
     def node_address(self) -> tuple[str, int]:
@@ -92,17 +99,18 @@ class TrainActor:
         import logging as _logging
         import warnings
 
-        _logging.basicConfig(level=_logging.INFO, format=f"[rank {self.rank}] %(levelname)s %(name)s: %(message)s")
+        tag = f"{self.role} rank" if self.role != "actor" else "rank"
+        _logging.basicConfig(level=_logging.INFO, format=f"[{tag} {self.rank}] %(levelname)s %(name)s: %(message)s")
         # megatron-core 0.16 calls collectives torch 2.13 deprecates (reduce_scatter_tensor, ...):
         # the FutureWarning would repeat on every step of every rank
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        from slime.backends.megatron_utils.actor import MegatronTrainer
         from slime.backends.megatron_utils.parallel import initialize_megatron
+        from slime.utils.misc import load_function
 
         initialize_megatron(args, rank=self.rank, world_size=self.world_size,
                             master_addr=master_addr, master_port=master_port)
-        self.trainer = MegatronTrainer(args)
+        self.trainer = load_function(TRAINER_CLASSES[self.role])(args)
         return self.trainer.load_initial_state()
 
     def call(self, method: str, *args, **kwargs):
@@ -111,9 +119,12 @@ class TrainActor:
 
 
 class RayTrainGroup:
-    """All trainer ranks; methods run on every rank and return rank 0's result."""
+    """All trainer ranks of one role ("actor" or "critic", see TRAINER_CLASSES); methods run on
+    every rank and return rank 0's result."""
 
-    def __init__(self, args, placement: JobPlacement, bundles: tuple[int, ...]):
+    def __init__(self, args, placement: JobPlacement, bundles: tuple[int, ...], role: str = "actor"):
+        if role not in TRAINER_CLASSES:
+            raise ValueError(f"unknown trainer role {role!r}; choices: {sorted(TRAINER_CLASSES)}")
         self.args = args
         world = len(bundles)
         num_gpus = 0.4 if (placement.use_gpu and args.colocate) else (1 if placement.use_gpu else 0)
@@ -123,7 +134,7 @@ class RayTrainGroup:
                 num_gpus=num_gpus,
                 scheduling_strategy=placement.strategy(position),
                 runtime_env={"env_vars": dict(TRAINER_ENV)},
-            ).remote(rank, world)
+            ).remote(rank, world, role)
             for rank, position in enumerate(bundles)
         ]
 

@@ -1,8 +1,9 @@
 """One Ray placement group for the whole job, a bundle per device, sorted by (node, device).
 
 Colocated (`--colocate`): trainer and engines share the first max(actor, rollout) bundles.
-Disaggregated: actor bundles first, then rollout bundles. On a machine without GPUs a bundle is
-one CPU "rank" (a logical CPU of Ray's), so the same layout runs on a laptop.
+Disaggregated: actor bundles first, then the critic's (`--advantage-estimator ppo`), then rollout
+bundles. On a machine without GPUs a bundle is one CPU "rank" (a logical CPU of Ray's), so the
+same layout runs on a laptop.
 Bundles are ordered by the node IP, node id and device id an actor inside each bundle reports,
 so rank r of the trainer sits on a predictable device across nodes.
 """
@@ -16,6 +17,8 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from slime.utils.arguments.critic import critic_world_size
+
 logger = logging.getLogger(__name__)
 
 
@@ -26,6 +29,7 @@ class PlacementPlan:
     num_bundles: int
     actor_bundles: tuple[int, ...]
     rollout_bundles: tuple[int, ...]
+    critic_bundles: tuple[int, ...] = ()
 
     @classmethod
     def from_args(cls, args) -> "PlacementPlan":
@@ -36,7 +40,10 @@ class PlacementPlan:
         if args.colocate:
             total = max(actor, rollout)
             return cls(total, tuple(range(actor)), tuple(range(rollout)))
-        return cls(actor + rollout, tuple(range(actor)), tuple(range(actor, actor + rollout)))
+        critic = critic_world_size(args)  # ppo (refused with --colocate)
+        first_rollout = actor + critic
+        return cls(first_rollout + rollout, tuple(range(actor)), tuple(range(first_rollout, first_rollout + rollout)),
+                   tuple(range(actor, first_rollout)))
 
 
 @ray.remote(num_cpus=0)

@@ -23,6 +23,7 @@ from typing import Callable
 
 import aiohttp
 
+from slime.rollout.direct_engines import DirectEngines
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
@@ -36,6 +37,7 @@ from slime.utils.plugins import (
     call_sample_hook,
     current_rollout_id,
 )
+from slime.utils.sample_append import append_routed_experts
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,23 @@ class RolloutContext:
     custom_generate: Callable | None = None
     sample_hooks: list[Callable] = field(default_factory=list)
     aborted: bool = False
+    direct: DirectEngines | None = None  # R3 requests bypass the router (direct_engines.py)
+
+    async def __aenter__(self) -> "RolloutContext":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.direct is not None:
+            await self.direct.close()
+        await self.client.close()
+
+    async def generate_client(self, payload: dict) -> EngineClient:
+        """The router, or an engine for a request the router would strip (routed experts)."""
+        if not payload.get("return_routed_experts"):
+            return self.client
+        if self.direct is None:
+            self.direct = DirectEngines(self.client)
+        return await self.direct.pick()
 
     @classmethod
     def create(cls, args, rollout_id=None) -> "RolloutContext":
@@ -135,9 +154,9 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     """
     if ctx is None:  # called directly (slime's signature): a short-lived context of its own
         ctx = RolloutContext.create(args)
-        async with ctx.client:
+        async with ctx:
             return await generate(args, sample, sampling_params, ctx=ctx)
-    client, tokenizer = ctx.client, ctx.tokenizer
+    tokenizer = ctx.tokenizer
     if not sample.tokens:
         sample.tokens = tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
     budget = response_budget(args, sample, sampling_params["max_new_tokens"])
@@ -145,8 +164,9 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
         sample.status = Sample.Status.TRUNCATED
         return sample
     payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
-                                       return_logprob=True)
-    output = await _send_generate(args, client, payload)
+                                       return_logprob=True,
+                                       return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
+    output = await _send_generate(args, await ctx.generate_client(payload), payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
     sample.tokens = sample.tokens + new_tokens
@@ -159,6 +179,9 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     sample.prefix_cache_info.add(meta)
     sample.spec_info.add(meta)
     sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
+    if payload.get("return_routed_experts"):  # the whole sequence's routing replaces an earlier turn's
+        sample.rollout_routed_experts = None
+        append_routed_experts(sample, args, meta)
     return sample
 
 
@@ -244,7 +267,7 @@ async def generate_and_rm_group(ctx, group: list[Sample], sampling_params: dict,
 async def _with_context(args, fn, *call_args):
     """`fn(ctx, *call_args)` in a context of its own (slime-style calls that pass `args`)."""
     ctx = RolloutContext.create(args, current_rollout_id())
-    async with ctx.client:
+    async with ctx:
         return await fn(ctx, *call_args)
 
 
@@ -261,7 +284,7 @@ async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[li
     """Collect `--rollout-batch-size` groups that pass the dynamic filter; returns them in the
     order their prompts were drawn, plus rollout metrics."""
     ctx = RolloutContext.create(args, rollout_id)
-    async with ctx.client:
+    async with ctx:
         return await _collect_groups(ctx, data_source)
 
 
@@ -343,7 +366,7 @@ def _dataset_configs(args) -> list:
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
     ctx = RolloutContext.create(args, rollout_id)
-    async with ctx.client:
+    async with ctx:
         return {cfg.name: await _eval_dataset(ctx, cfg) for cfg in _dataset_configs(args)}
 
 

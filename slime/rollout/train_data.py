@@ -52,6 +52,8 @@ def samples_to_train_data(args, samples: list[Sample], rewards_fn=post_process_r
     }
     if samples and all(s.rollout_log_probs is not None for s in samples):
         data["rollout_log_probs"] = [list(s.rollout_log_probs) for s in samples]
+    if samples and all(s.rollout_routed_experts is not None for s in samples):
+        data["rollout_routed_experts"] = [s.rollout_routed_experts for s in samples]
     if any(s.teacher_log_probs is not None for s in samples):
         data["teacher_log_probs"] = [s.teacher_log_probs for s in samples]
     return data

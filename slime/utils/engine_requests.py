@@ -14,11 +14,17 @@ from __future__ import annotations
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 
-def generate(input_ids: list, sampling_params: dict, return_logprob: bool = False, rid=None) -> dict:
-    """POST /generate -> `GenerateReqInput` (token ids in; `sampling_params` -> SGLang `SamplingParams`)."""
+def generate(input_ids: list, sampling_params: dict, return_logprob: bool = False, rid=None,
+             return_routed_experts: bool = False) -> dict:
+    """POST /generate -> `GenerateReqInput` (token ids in; `sampling_params` -> SGLang `SamplingParams`).
+    `return_routed_experts` asks for every fed token's MoE routing (the server needs
+    --enable-return-routed-experts); it comes back as `meta_info["routed_experts"]` for the whole
+    sequence (`routed_experts_start_len` 0)."""
     body = {"input_ids": input_ids, "sampling_params": sampling_params, "return_logprob": return_logprob}
     if rid is not None:
         body["rid"] = rid
+    if return_routed_experts:
+        body["return_routed_experts"] = True
     return body
 
 

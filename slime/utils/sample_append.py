@@ -57,7 +57,9 @@ def _append_top_p(sample, meta_info: dict, n_new: int, prev_len: int) -> None:
     sample.rollout_top_p_token_offsets = old_offsets + [base + o for o in offsets[1:]]
 
 
-def _append_routed_experts(sample, args, meta_info: dict) -> None:
+def append_routed_experts(sample, args, meta_info: dict) -> None:
+    """Merge SGLang's `routed_experts` (rows for tokens [routed_experts_start_len, len(tokens) - 1),
+    tokens already appended) into `sample.rollout_routed_experts` [rows, num_layers, topk]."""
     flat = decode_int32_meta_array(meta_info, "routed_experts")
     if flat is None:
         return
@@ -130,6 +132,6 @@ def append_response_tokens(
     old_lp = [0.0] * prev_len if sample.rollout_log_probs is None else list(sample.rollout_log_probs)
     sample.rollout_log_probs = old_lp + log_probs
     _append_top_p(sample, meta_info if trainable else {}, n, prev_len)
-    _append_routed_experts(sample, args, meta_info)
+    append_routed_experts(sample, args, meta_info)
     _apply_meta_info(sample, args, meta_info, update_terminal_info)
     _validate_response_metadata_lengths(sample)

@@ -1,6 +1,9 @@
 """End to end, `train_async.py` (one-step-off, disaggregated: 2 trainer ranks + 1 engine): the
 toy reward improves, step-0 PPO KL is zero, engine and Megatron log-probs agree on rollout 0
-(later rollouts come from the weights one step behind), a checkpoint is written."""
+(later rollouts come from the weights one step behind), a checkpoint is written. The run replays
+the engine's MoE routing in the trainer (R3, `--use-rollout-routing-replay`): the routed experts
+travel engine -> sample -> train data -> every actor forward, and a row misplaced on the way
+would force other experts and show in the rollout-0 gap."""
 
 import statistics
 
@@ -15,7 +18,7 @@ NUM_ROLLOUT = 6
 
 def test_async_run_learns_and_saves(e2e_inputs, tmp_path):
     extra = ["--save-interval", "100", "--eval-interval", "100",
-             "--eval-prompt-data", "toy", str(e2e_inputs.data / "eval.jsonl")]
+             "--eval-prompt-data", "toy", str(e2e_inputs.data / "eval.jsonl"), "--use-rollout-routing-replay"]
     argv = grpo_argv(e2e_inputs.hf, e2e_inputs.torch_dist, e2e_inputs.data, tmp_path, NUM_ROLLOUT, extra=extra)
     rows = run_train(argv, tmp_path, entry="train_async.py")
     by_id = rollout_rows(rows)

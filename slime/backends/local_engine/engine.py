@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 # SGLang GenerateReqInput fields whose non-default values need features the engine lacks.
 _UNSUPPORTED_IF_SET = (
-    "stream", "return_hidden_states", "return_routed_experts", "return_entropy", "return_bytes",
+    "stream", "return_hidden_states", "return_entropy", "return_bytes",
     "background", "image_data", "video_data", "audio_data", "input_embeds", "lora_path", "lora_id",
     "top_logprobs_num", "token_ids_logprob", "session_params", "custom_logit_processor",
 )
@@ -112,6 +112,16 @@ class Engine:
                 raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})")
         return prompts, batch
 
+    def _routed_experts_options(self, body: dict, prompts: list[list[int]]) -> dict:
+        """`return_routed_experts` / `routed_experts_start_len` (SGLang: start in [0, prompt length])."""
+        wanted = bool(body.get("return_routed_experts"))
+        start = body.get("routed_experts_start_len") or 0
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= min(len(p) for p in prompts):
+            raise RequestError(f"routed_experts_start_len must be an integer in [0, prompt length], got {start!r}")
+        if wanted and not self.scheduler.routing.supported:
+            raise RequestError("return_routed_experts needs a mixture-of-experts model; this one has no routers")
+        return {"return_routed_experts": wanted, "routed_experts_start_len": start}
+
     def parse_generate(self, body, on_done_factory) -> tuple[list[Request], bool]:
         """Validate a /generate body; returns (requests, is_batch). Raises `RequestError`.
 
@@ -142,11 +152,12 @@ class Engine:
             raise RequestError(f"logprob_start_len must be an integer >= -1, got {start!r}")
         if start >= min(len(p) for p in prompts):
             raise RequestError(f"logprob_start_len ({start}) must be smaller than the prompt length")
+        routed = self._routed_experts_options(body, prompts)
         requests = [
             Request(rid=str(rid), prompt_ids=list(prompt), logprob_start_len=start,
                     params=parse_sampling_params(raw, len(prompt), self.context_length),
                     on_done=on_done_factory(i), return_logprob=bool(body.get("return_logprob")),
-                    return_text_in_logprobs=bool(body.get("return_text_in_logprobs")))
+                    return_text_in_logprobs=bool(body.get("return_text_in_logprobs")), **routed)
             for i, (prompt, raw, rid) in enumerate(zip(prompts, raw_params, rids))
         ]
         return requests, batch

@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from slime.backends.local_engine.kv_batch import BatchKV
+from slime.backends.local_engine.routed_experts import RoutedExpertsCapture, routed_experts_meta
 from slime.backends.local_engine.sampling import SamplingParams, sample_next_tokens
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ class Request:
     output_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     finish_reason: dict | None = None
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+    routed_experts: list = dataclasses.field(default_factory=list)  # [n, layers, k] int32 per forward
     created: float = dataclasses.field(default_factory=time.monotonic)
 
 
@@ -77,6 +81,7 @@ class Scheduler:
         self._admitting: list[Request] = []  # popped from waiting, not yet running (prefill in progress)
         self.failure: str | None = None  # set once when a step raised; the loop has ended
         self._seed_source = torch.Generator().manual_seed(random_seed)
+        self.routing = RoutedExpertsCapture(model)
         self.eos_ids = self._eos_ids()
         self._thread = threading.Thread(target=self._loop, name="local-engine-scheduler", daemon=True)
 
@@ -236,7 +241,9 @@ class Scheduler:
         mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in reqs],
                             device=self._device())
         positions = (mask.cumsum(1) - 1).clamp(min=0)
+        self.routing.arm(reqs)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        self.routing.collect(reqs, mask)
         cache = out.past_key_values
         self._kv.add_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask)
         self._running.extend(reqs)
@@ -256,8 +263,10 @@ class Scheduler:
         ids = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self._device())
         mask, positions = self._kv.decode_inputs()
         cache = self._kv.to_cache()
+        self.routing.arm(reqs)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                          use_cache=True)
+        self.routing.collect(reqs, torch.ones_like(ids))
         self._kv.absorb(out.past_key_values)
         self._accept_tokens(out.logits[:, -1], reqs)
 
@@ -326,4 +335,5 @@ class Scheduler:
                 [lp, tok, self.tokenizer.decode([tok]) if req.return_text_in_logprobs else None]
                 for lp, tok in req.input_logprobs
             ]
+        meta.update(routed_experts_meta(req))
         req.on_done({"text": text, "output_ids": list(req.output_ids), "meta_info": meta})

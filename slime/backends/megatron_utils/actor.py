@@ -17,6 +17,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.packing import local_row_length
@@ -80,7 +81,8 @@ class MegatronTrainer:
             out.append([start + i for i in parts[dp_rank]])
         return out
 
-    def _micro_batches(self, rollout_data: dict, indices: list[int], max_tokens: int | None, keys=()) -> list:
+    def _micro_batches(self, rollout_data: dict, indices: list[int], max_tokens: int | None, keys=(),
+                       routing: str | None = None) -> list:
         args = self.args
         lengths = [len(rollout_data["tokens"][i]) for i in indices]
         mpu = _mpu()
@@ -94,8 +96,13 @@ class MegatronTrainer:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         groups = [[indices[j] for j in g] for g in groups if g]
         lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])
-        return [ts.build_micro_batch(rollout_data, g, pad_to=pad, device=device, keys=keys, min_length=n, **cp)
-                for g, n in zip(groups, lengths)]
+        mbs = [ts.build_micro_batch(rollout_data, g, pad_to=pad, device=device, keys=keys, min_length=n, **cp)
+               for g, n in zip(groups, lengths)]
+        if args.use_routing_replay:  # routers always told what to do: a replay must not outlive its pass
+            routing_replay.attach(mbs, rollout_data, routing or "own", num_layers=args.num_layers,
+                                  topk=args.moe_router_topk, tp_rank=mpu.get_tensor_model_parallel_rank(),
+                                  sp_size=pad, **cp)
+        return mbs
 
     @staticmethod
     def _agreed_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -126,16 +133,21 @@ class MegatronTrainer:
 
     # ----- log-probs ---------------------------------------------------------------------
     @torch.no_grad()
-    def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False) -> dict | None:
+    def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False,
+                         routing: str | None = None) -> dict | None:
         """Response log-probs (and entropy) of `indices` under `model` (default: the actor).
-        Returns {sample index: tensor} on the last pipeline stage, None elsewhere."""
+        Returns {sample index: tensor} on the last pipeline stage, None elsewhere. `routing`
+        (with --use-routing-replay): "replay" rollout_data[REPLAY_KEY], "record" this pass's
+        routing into it, else the routers route themselves."""
         model = model if model is not None else self.state.model[0]
         max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
-        mbs = self._micro_batches(rollout_data, indices, max_tokens)
+        mbs = self._micro_batches(rollout_data, indices, max_tokens, routing=routing)
         loss_fn = partial(ts.log_prob_loss_fn, **self._logprob_kw(with_entropy))
         model.eval()
         outputs = ts.run_schedule([model], mbs, loss_fn, forward_only=True)
         model.train()
+        if routing == "record":
+            self._keep_recorded_routing(rollout_data, mbs)
         if not _mpu().is_pipeline_last_stage():
             return None
         result = {"log_probs": {}, "entropy": {}}
@@ -151,13 +163,32 @@ class MegatronTrainer:
                     with_entropy=with_entropy, vocab_size=self.args.vocab_size,
                     cp_group=_mpu().get_context_parallel_group())
 
+    def _keep_recorded_routing(self, rollout_data: dict, mbs: list) -> None:
+        mpu = _mpu()
+        sp_group = mpu.get_tensor_model_parallel_group() if self.state.config.sequence_parallel else None
+        full = routing_replay.collect(mbs, cp_rank=mpu.get_context_parallel_rank(),
+                                      cp_size=mpu.get_context_parallel_world_size(), sp_group=sp_group)
+        rollout_data[routing_replay.REPLAY_KEY] = [full.get(i) for i in range(len(rollout_data["tokens"]))]
+
+    def _old_policy_routing(self, rollout_data: dict) -> str | None:
+        """The routing of the old-policy pass: the engines' (--use-rollout-routing-replay, R3), or
+        the trainer's own, recorded for the training passes (--use-routing-replay)."""
+        if self.args.use_rollout_routing_replay:
+            if "rollout_routed_experts" not in rollout_data:
+                raise ValueError("--use-rollout-routing-replay: the rollout data has no rollout_routed_experts "
+                                 "(every sample needs the engine's routed experts)")
+            rollout_data[routing_replay.REPLAY_KEY] = rollout_data["rollout_routed_experts"]
+            return "replay"
+        return "record" if self.args.use_routing_replay else None
+
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""
         n = len(rollout_data["tokens"])
+        routing = self._old_policy_routing(rollout_data)
         if self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
-            got = self.compute_log_prob(rollout_data, mine)
+            got = self.compute_log_prob(rollout_data, mine, routing=routing)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
         if self.ref_model is not None:
@@ -194,6 +225,7 @@ class MegatronTrainer:
             total_lengths=[len(rollout_data["tokens"][i]) for i in mine],
             log_probs=pick("log_probs"),
             ref_log_probs=pick("ref_log_probs"),
+            values=pick("values"),  # ppo: the critic's, added to the rollout by slime.ray.critic
             **opts,
         )
         n = len(rollout_data["tokens"])
@@ -248,6 +280,10 @@ class MegatronTrainer:
         mine = sorted(i for step in steps for i in step)
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
+        if self.args.advantage_estimator == "ppo" and self.args.kl_coef != 0:  # for the critic's returns
+            from slime.backends.megatron_utils.critic import local_kl_inputs
+
+            self._kl_inputs = local_kl_inputs(rollout_data, mine)
         self._fill_advantages(rollout_data, mine)
         if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
             call_rollout_data_postprocess(load_function(self.args.rollout_data_postprocess_path), self.args,
@@ -284,7 +320,7 @@ class MegatronTrainer:
             call_before_train_step_hook(self._hook, args, rollout_id, self.step_id - self._rollout_first_step, state.model,
                                         state.optimizer, state.scheduler)
         keys = PER_TOKEN_KEYS if _mpu().is_pipeline_last_stage() else ()
-        mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys)
+        mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys, routing="replay")
         scale, norm = self._loss_scale(rollout_data, step, len(mbs))
         loss_fn = partial(ts.train_loss_fn, compute_loss=self._compute_loss, scale=scale,
                           **self._logprob_kw(with_entropy=True))  # entropy is always reported
@@ -327,6 +363,13 @@ class MegatronTrainer:
         box = [names]
         dist.broadcast_object_list(box, src=src, group=group)
         return box[0]
+
+    def ppo_kl_inputs(self, num_samples: int) -> dict:
+        """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all
+        `num_samples` samples (collective over all ranks), for the critic's returns."""
+        from slime.backends.megatron_utils.critic import gather_kl_inputs
+
+        return gather_kl_inputs(getattr(self, "_kl_inputs", {}), num_samples)
 
     # ----- checkpoints ----------------------------------------------------------------------
     def load_initial_state(self) -> int:

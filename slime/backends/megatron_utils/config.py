@@ -120,6 +120,8 @@ def _moe_fields(args: argparse.Namespace) -> dict:
     etp = getattr(args, "expert_tensor_parallel_size", None)
     if etp is not None:
         kwargs["expert_tensor_parallel_size"] = etp
+    if getattr(args, "use_routing_replay", False):  # routers get megatron's RouterReplay (routing_replay.py)
+        kwargs["moe_enable_routing_replay"] = True
     return kwargs
 
 

@@ -39,12 +39,15 @@ def _device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def build_bare_model(args: argparse.Namespace, config=None):
-    """This rank's GPTModel stage on the training device, tensor-parallel attributes set."""
+def build_bare_model(args: argparse.Namespace, config=None, post_build=None):
+    """This rank's GPTModel stage on the training device, tensor-parallel attributes set.
+    `post_build(model, config)` may change the bare model first (the critic's value head)."""
     from megatron.core import tensor_parallel
 
     config = config or _train_config(args)
     model = build_model_for_stage(args, config=config)
+    if post_build is not None:
+        post_build(model, config)
     for param in model.parameters():
         tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
     model.to(_device())
@@ -59,14 +62,15 @@ def _train_config(args: argparse.Namespace):
     return transformer_config_from_args(args)
 
 
-def build_train_state(args: argparse.Namespace) -> TrainState:
-    """Model wrapped in DDP, its optimizer and LR scheduler (not yet loaded from a checkpoint)."""
+def build_train_state(args: argparse.Namespace, post_build=None) -> TrainState:
+    """Model wrapped in DDP, its optimizer and LR scheduler (not yet loaded from a checkpoint);
+    `post_build` as in `build_bare_model`."""
     from megatron.core.distributed import DistributedDataParallel
     from megatron.core.optimizer import get_megatron_optimizer
 
     config = _train_config(args)
     model = DistributedDataParallel(config=config, ddp_config=ddp_config_from_args(args),
-                                    module=build_bare_model(args, config))
+                                    module=build_bare_model(args, config, post_build))
     optimizer = get_megatron_optimizer(optimizer_config_from_args(args), [model])
     _wire_schedule_hooks(config, model, optimizer)
     return TrainState(model=[model], optimizer=optimizer, scheduler=build_scheduler(args, optimizer), config=config)

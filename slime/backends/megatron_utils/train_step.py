@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from slime.backends.megatron_utils import routing_replay
 from slime.backends.megatron_utils.logprobs import gather_context_parallel, vocab_parallel_log_probs
 from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, packed_seq_params
 
@@ -34,6 +35,11 @@ class MicroBatch:
     packed: PackedBatch
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     loss_masks: list[torch.Tensor] = field(default_factory=list)
+    # MoE routing replay (routing_replay.py): None leaves the routers alone; "own" routes normally,
+    # "replay" replays `routing` [this rank's tokens, layers, topk], "record" keeps the choice in `recorded`
+    routing_mode: str | None = None
+    routing: torch.Tensor | None = None
+    recorded: torch.Tensor | None = None
 
 
 def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, device, keys: tuple[str, ...] = (),
@@ -70,14 +76,25 @@ def response_log_probs(logits: torch.Tensor, mb: MicroBatch, *, tp_group, temper
     return whole(log_probs), (whole(entropy) if entropy is not None else None)
 
 
+def _set_routing(model, mb: MicroBatch) -> None:
+    if mb.routing_mode == "record":
+        routing_replay.set_record(model)
+    elif mb.routing_mode is not None:
+        routing_replay.set_replay(model, mb.routing if mb.routing_mode == "replay" else None)
+
+
 def _forward_step(loss_fn: Callable, data_iterator, model):
     mb: MicroBatch = next(data_iterator)
+    _set_routing(model, mb)
     output = model(
         input_ids=mb.packed.tokens,
         position_ids=mb.packed.position_ids,
         attention_mask=None,
         packed_seq_params=packed_seq_params(mb.packed),
     )
+    if mb.routing_mode == "record":  # now: under pipeline parallelism the next forward overwrites it
+        config = model.config
+        mb.recorded = routing_replay.recorded(model, config.num_layers, config.moe_router_topk)
     return output, partial(loss_fn, mb)
 
 
@@ -88,6 +105,9 @@ def run_schedule(model: list, micro_batches: list[MicroBatch], loss_fn: Callable
 
     if not micro_batches:
         return []
+    if any(mb.routing_mode is not None for mb in micro_batches):
+        for chunk in model:
+            routing_replay.reset(chunk)
     # megatron divides seq_length by the CP size (and TP under SP) for pipeline messages
     seq_len = max(mb.packed.num_tokens * mb.packed.cp_size for mb in micro_batches)
     return get_forward_backward_func()(

@@ -17,6 +17,7 @@ from slime.utils.arguments import (
     algorithm,
     checkpoint,
     cluster,
+    critic,
     data,
     debug,
     logger as logger_domain,
@@ -36,7 +37,7 @@ __all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_des
 log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
-    debug, cluster, megatron, data, rollout, eval_domain, algorithm, checkpoint, logger_domain, sglang,
+    debug, cluster, megatron, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain, sglang,
 )
 ENTRIES = ("train", "train_async")
 

@@ -51,11 +51,10 @@ def _add_correction(group) -> None:
     group.add_argument("--num-critic-only-steps", type=int, default=0,
                        help="Rollouts at the start that train only the critic (ppo).")
     group.add_argument("--use-routing-replay", action="store_true", default=False,
-                       help="Replay the MoE routing of the log-prob pass in the training pass (not implemented "
-                       "yet: refused).")
+                       help="Replay the MoE routing of the old log-prob pass in the training passes.")
     group.add_argument("--use-rollout-routing-replay", action="store_true", default=False,
-                       help="Replay the engines' MoE routing (rollout_routed_experts) in training (not "
-                       "implemented yet: refused).")
+                       help="R3: replay the engines' MoE routing (rollout_routed_experts) in every actor forward; "
+                       "implies --use-routing-replay and --sglang-enable-return-routed-experts.")
     group.add_argument("--custom-loss-function-path", type=str, default=None,
                        help="fn(args, batch, logits, sum_of_sample_mean) -> (loss, log_dict); --loss-type custom_loss.")
     group.add_argument("--custom-advantage-function-path", type=str, default=None,
@@ -74,8 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> list[str]:
     """--eps-clip-high defaults to --eps-clip; --eps-clip-c > 1; --loss-type custom_loss needs
-    --custom-loss-function-path; --tis-clip-low <= --tis-clip; --use-routing-replay and
-    --use-rollout-routing-replay are refused (not implemented)."""
+    --custom-loss-function-path; --tis-clip-low <= --tis-clip."""
     warnings: list[str] = []
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
@@ -87,9 +85,6 @@ def validate(args: argparse.Namespace) -> list[str]:
                 "--loss-type custom_loss requires --custom-loss-function-path")
     elif args.custom_loss_function_path is not None:
         warnings.append(f"--custom-loss-function-path is ignored with --loss-type {args.loss_type}")
-    for flag, on in (("--use-routing-replay", args.use_routing_replay),
-                     ("--use-rollout-routing-replay", args.use_rollout_routing_replay)):
-        require(not on, f"{flag} is not implemented yet (MoE routing replay); drop the flag")
     if args.custom_tis_function_path and not args.use_tis:
         warnings.append("--custom-tis-function-path is ignored without --use-tis (as in slime)")
     require(args.tis_clip_low <= args.tis_clip,
@@ -98,4 +93,24 @@ def validate(args: argparse.Namespace) -> list[str]:
         warnings.append("--ref-update-interval without --use-kl-loss / --kl-coef: there is no reference model")
     if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:
         warnings.append("--use-kl-loss / --kl-coef without --ref-load: the reference model starts from --load")
+    _validate_routing_replay(args)
     return warnings
+
+
+# ---- MoE routing replay (R3) ---------------------------------------------------------------------
+def _validate_routing_replay(args: argparse.Namespace) -> None:
+    """--use-rollout-routing-replay implies --use-routing-replay (as in slime) and asks the SGLang
+    engines for their routed experts (--sglang-enable-return-routed-experts); both need an MoE model;
+    --use-routing-replay alone records the routing in the old log-prob pass, which
+    --use-rollout-logprobs skips."""
+    if not (args.use_routing_replay or args.use_rollout_routing_replay):
+        return
+    flag = "--use-rollout-routing-replay" if args.use_rollout_routing_replay else "--use-routing-replay"
+    require(bool(getattr(args, "num_experts", None)), f"{flag} needs a mixture-of-experts model (--num-experts)")
+    if args.use_rollout_routing_replay:
+        args.use_routing_replay = True
+        args.sglang_enable_return_routed_experts = True
+    else:
+        require(not args.use_rollout_logprobs,
+                "--use-routing-replay records the routing in the old log-prob pass, which --use-rollout-logprobs "
+                "skips; use --use-rollout-routing-replay to replay the engines' routing instead")

@@ -2,7 +2,7 @@
 
 Placement follows slime's single placement group (one GPU per bundle, sorted by node and GPU
 id): colocated, trainer and engines share the first ``max(actor, rollout)`` GPUs; disaggregated,
-the actor's GPUs come first and the rollout GPUs after them. Global GPU id ``g`` lives on node
+the actor's GPUs come first, then the critic's (``--advantage-estimator ppo``), then the rollout GPUs. Global GPU id ``g`` lives on node
 ``g // --num-gpus-per-node``.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from argparse import Namespace
 from dataclasses import dataclass, field
+
+from slime.utils.arguments.critic import critic_world_size
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Placement:
     gpus_per_node: int
     trainer_gpus: list[int]
     engines: list[Engine] = field(default_factory=list)
+    critic_gpus: list[int] = field(default_factory=list)
 
     @property
     def num_nodes(self) -> int:
@@ -53,15 +56,17 @@ def placement_from_args(args: Namespace) -> Placement:
     per_engine = args.rollout_num_gpus_per_engine or 1
     if rollout % per_engine:
         raise ValueError(f"--rollout-num-gpus {rollout} is not divisible by --rollout-num-gpus-per-engine {per_engine}")
-    first_rollout_gpu = 0 if args.colocate else actor
-    total = max(actor, rollout) if args.colocate else actor + rollout
+    critic = critic_world_size(args)
+    first_rollout_gpu = 0 if args.colocate else actor + critic
+    total = max(actor, rollout) if args.colocate else actor + critic + rollout
     engine_pp = getattr(args, "sglang_pp_size", None) or 1
     dp = (getattr(args, "sglang_dp_size", None) or 1) if getattr(args, "sglang_enable_dp_attention", False) else 1
     ep = getattr(args, "sglang_ep_size", None) or 1
     engines = [Engine(i, list(range(first_rollout_gpu + i * per_engine, first_rollout_gpu + (i + 1) * per_engine)),
                       per_engine // engine_pp, dp, ep)
                for i in range(rollout // per_engine)]
-    return Placement(bool(args.colocate), total, args.num_gpus_per_node, list(range(actor)), engines)
+    return Placement(bool(args.colocate), total, args.num_gpus_per_node, list(range(actor)), engines,
+                     list(range(actor, actor + critic)))
 
 
 @dataclass

@@ -10,12 +10,33 @@ from __future__ import annotations
 from argparse import Namespace
 from dataclasses import dataclass, field
 
+from slime.utils.arguments.critic import critic_view, uses_critic
 from slime.utils.plan.colocation import Phase, colocated_timeline
 from slime.utils.plan.engine import EngineMemory, engine_memory
 from slime.utils.plan.layout import ParallelLayout, layout_from_args
 from slime.utils.plan.memory import HostMemory, TrainerMemory, host_memory, trainer_memory
 from slime.utils.plan.model import ModelShape, ParamSplit, active_params, shape_from_args, total_params
 from slime.utils.plan.placement import BatchPlan, Placement, batch_from_args, placement_from_args
+
+
+@dataclass
+class CriticPlan:
+    """The critic group of ``--advantage-estimator ppo``: its GPUs, parallel layout and memory per
+    GPU (the actor's model shape: the output layer is counted at vocabulary size, an upper bound
+    for its one-output value head)."""
+
+    gpus: list[int]
+    layout: ParallelLayout
+    memory: TrainerMemory
+
+
+def critic_plan(args: Namespace, shape: ModelShape, gpus: list[int]) -> CriticPlan | None:
+    """The critic's part of the plan, or None without a critic."""
+    if not uses_critic(args):
+        return None
+    view = critic_view(args)
+    layout = layout_from_args(view)
+    return CriticPlan(gpus, layout, trainer_memory(view, shape, layout))
 
 
 @dataclass
@@ -34,6 +55,7 @@ class Plan:
     recompute: str
     warnings: list[str] = field(default_factory=list)
     timeline: list[Phase] | None = None  # colocated: one GPU's memory per hand-over phase
+    critic: CriticPlan | None = None  # --advantage-estimator ppo
 
     @property
     def fits(self) -> bool:
@@ -41,7 +63,8 @@ class Plan:
         host_ok = self.host is None or self.host.fits is not False
         engine_ok = self.engine is None or self.engine.fits
         timeline_ok = all(phase.fits for phase in self.timeline or [])
-        return self.trainer.fits and host_ok and engine_ok and timeline_ok
+        critic_ok = self.critic is None or self.critic.memory.fits
+        return self.trainer.fits and host_ok and engine_ok and timeline_ok and critic_ok
 
 
 def _recompute_text(args: Namespace) -> str:
@@ -78,4 +101,5 @@ def build_plan(args: Namespace) -> Plan:
         recompute=_recompute_text(args),
         warnings=list(getattr(args, "warnings", None) or []),
         timeline=colocated_timeline(args, trainer, engine),
+        critic=critic_plan(args, shape, placement.critic_gpus),
     )

@@ -43,18 +43,23 @@ def verdict(used: int, budget: int) -> str:
 def _placement(plan: Plan) -> str:
     p = plan.placement
     rows = [("mode", "colocated (trainer offloads while engines generate)" if p.colocated else
-             "disaggregated (actor GPUs first, then rollout GPUs)"),
+             "disaggregated (actor GPUs first, then critic, then rollout GPUs)"
+             if p.critic_gpus else "disaggregated (actor GPUs first, then rollout GPUs)"),
             ("GPUs", f"{p.total_gpus} on {p.num_nodes} node(s) x {p.gpus_per_node}"),
             ("trainer GPUs", _span(p.trainer_gpus))]
+    if p.critic_gpus:
+        rows.append(("critic GPUs", _span(p.critic_gpus)))
     if p.engines:
         e = p.engines[0]
         rows.append(("engines", f"{len(p.engines)} x {len(e.gpus)} GPUs (tp {e.tp}, dp-attention {e.dp}, ep {e.ep})"))
     for node in range(p.num_nodes):
         gpus = [g for g in range(p.total_gpus) if p.node_of(g) == node]
         ranks = [g for g in p.trainer_gpus if p.node_of(g) == node]
+        critic = [g for g in p.critic_gpus if p.node_of(g) == node]
         engines = [f"engine {e.index} [{_span(e.gpus)}]" for e in p.engines if p.node_of(e.gpus[0]) == node]
         rows.append((f"node {node} (GPUs {_span(gpus)})",
-                     f"trainer ranks {_span(ranks)}; " + (", ".join(engines) or "no engine")))
+                     f"trainer ranks {_span(ranks)}; " + (f"critic GPUs {_span(critic)}; " if critic else "")
+                     + (", ".join(engines) or "no engine")))
     return _section("Placement", rows)
 
 
@@ -106,6 +111,18 @@ def _trainer(plan: Plan) -> str:
     return _section("Memory per trainer GPU", rows)
 
 
+def _critic(plan: Plan) -> str:
+    c = plan.critic
+    lay, m = c.layout, c.memory
+    rows = [("GPUs", f"{_span(c.gpus)} (world {lay.world_size}, TP {lay.tp} / PP {lay.pp} / CP {lay.cp}, "
+             f"DP {lay.dp}, EP {lay.ep})"),
+            ("parameters per GPU", f"{_params(m.dense_params)} dense + {_params(m.expert_params)} expert "
+             "(output layer counted at vocabulary size)")]
+    rows += [(name, _gib(b)) for name, b in m.parts.items()]
+    rows += [("total", _gib(m.total)), ("critic verdict", verdict(m.total, m.budget))]
+    return _section("Critic (ppo value model) memory per GPU", rows)
+
+
 def _host(plan: Plan) -> str:
     h = plan.host
     if h is None:
@@ -150,9 +167,10 @@ def _timeline(plan: Plan) -> str:
 
 def render_plan(plan: Plan) -> str:
     """Human-readable plan: Placement, Parallel layout, Batch arithmetic, Memory per trainer GPU,
-    Host RAM per node, Engine memory, Colocated timeline per GPU, Warnings. Contains no secrets
+    (with ppo) Critic memory per GPU, Host RAM per node, Engine memory, Colocated timeline per GPU, Warnings. Contains no secrets
     (none are in the plan)."""
     warnings = [("warning", w) for w in plan.warnings] or [("warnings", "none")]
-    parts = [_placement(plan), _layout(plan), _batch(plan), _trainer(plan), _host(plan), _engine(plan),
-             _timeline(plan), _section("Warnings", warnings)]
+    parts = [_placement(plan), _layout(plan), _batch(plan), _trainer(plan)]
+    parts += [_critic(plan)] if plan.critic is not None else []
+    parts += [_host(plan), _engine(plan), _timeline(plan), _section("Warnings", warnings)]
     return "\n\n".join(parts) + "\n"

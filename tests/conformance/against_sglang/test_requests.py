@@ -136,6 +136,39 @@ def test_generate_body_passes_sglangs_json_contract(sglang_version):
     assert generate_contract_error(json.loads(json.dumps(body))) is None
 
 
+def test_routed_experts_request_parses_and_passes_the_contract(sglang_version):
+    """R3's /generate body asks for routed experts: a GenerateReqInput field on both releases (the
+    whole sequence: routed_experts_start_len stays 0), accepted by 0.5.23's JSON contract gate."""
+    body = bodies.generate([5, 6, 7], sampling_params_from_args(_rollout_args()), return_logprob=True,
+                           return_routed_experts=True)
+    obj = parse("GenerateReqInput", body)
+    assert obj.return_routed_experts is True and obj.routed_experts_start_len == 0
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        return  # 0.5.15.post1: no contract gate
+    assert generate_contract_error(json.loads(json.dumps(body))) is None
+
+
+def test_routed_experts_come_back_in_the_local_engines_encoding():
+    """SGLang's own decoder of meta_info["routed_experts"] (0.5.23) reads what the local engine
+    sends: base64 of int32 [rows, layers, topk]."""
+    import numpy as np
+    import torch
+
+    from slime.backends.local_engine.routed_experts import routed_experts_meta
+
+    try:
+        from sglang.srt.state_capturer.routed_experts import extract_routed_experts_from_meta_info
+    except ImportError:
+        pytest.skip("this release has no extract_routed_experts_from_meta_info")
+    rows = torch.arange(4 * 2 * 2, dtype=torch.int32).view(4, 2, 2)  # 3 prompt + 2 output tokens, 4 fed
+    req = types.SimpleNamespace(rid="r", return_routed_experts=True, routed_experts=[rows[:3], rows[3:]],
+                                prompt_ids=[1, 2, 3], output_ids=[4, 5], routed_experts_start_len=1)
+    got = extract_routed_experts_from_meta_info({"meta_info": routed_experts_meta(req)})
+    assert np.array_equal(got.reshape(3, 2, 2), rows[1:].numpy())
+
+
 def test_a_misspelt_field_is_caught():
     """The check itself: a field SGLang does not know would be dropped, so it fails here."""
     with pytest.raises(AssertionError, match="flush_caches"):

@@ -39,6 +39,9 @@ RECIPES = [
     ("qwen3-30B-A3B-dp-attn", "run-qwen3-30B-A3B.sh", {"DP_ATTN": "1"}, [],
      {"tp_size": 8, "ep_size": 8, "dp_size": 8, "enable_dp_attention": True}),
     ("qwen3-30B-A3B-fp8", "run-qwen3-30B-A3B.sh", {"FP8": "1"}, [], {"tp_size": 8}),
+    # R3: the engines capture and return each token's routed experts
+    ("qwen3-30B-A3B-r3", "run-qwen3-30B-A3B.sh", {}, ["--use-rollout-routing-replay"],
+     {"tp_size": 8, "enable_return_routed_experts": True}),
     ("qwen3-30B-A3B-redundant-experts", "run-qwen3-30B-A3B.sh", {"DP_ATTN": "1"}, REDUNDANT_EXPERTS,
      {"tp_size": 24, "ep_size": 24, "dp_size": 8, "nnodes": 3, "ep_num_redundant_experts": 16,
       "enable_eplb": True}),

@@ -14,7 +14,7 @@ def test_trainer_ranks_run_with_nccl_cumem_disabled(monkeypatch):
     class Recorder:
         def options(self, **options):
             seen.append(options)
-            return SimpleNamespace(remote=lambda rank, world: ("actor", rank, world))
+            return SimpleNamespace(remote=lambda rank, world, role: (role, rank, world))
 
     monkeypatch.setattr(actor_group, "TrainActor", Recorder())
     placement = SimpleNamespace(use_gpu=True, strategy=lambda position: f"bundle-{position}")

@@ -8,6 +8,7 @@ import pytest
 
 import train as train_entry
 from slime.ray import job
+from slime.ray.critic import CriticSide
 from slime.ray.job import ActorSide, RolloutSide
 
 ENGINE_ALL = ["weights", "kv_cache", "cuda_graph"]
@@ -69,6 +70,8 @@ class Job:
         side.args = self.args
         if side_cls is RolloutSide:
             side.manager, side.released, side.weights_from = Manager(self.calls), set(), None
+        elif side_cls is CriticSide:
+            side.group = None  # no --advantage-estimator ppo here
         else:
             side.group, side.synced, side.train_offloaded = Group(self.calls), None, set()
         return side

@@ -50,3 +50,11 @@ def test_placement_spans_two_nodes_sorted_by_node(two_node_cluster):
     # sorted: all bundles of one node come before those of the other
     assert node_ids == sorted(node_ids)
     assert sorted(placement.sorted_bundles) == [0, 1, 2, 3]
+
+
+def test_critic_bundles_sit_between_actor_and_rollout():
+    args = _args(actor_num_gpus_per_node=2, rollout_num_gpus=1, advantage_estimator="ppo",
+                 critic_num_nodes=1, critic_num_gpus_per_node=2)
+    plan = PlacementPlan.from_args(args)
+    assert (plan.num_bundles, plan.actor_bundles, plan.critic_bundles, plan.rollout_bundles) == (5, (0, 1), (2, 3), (4,))
+    assert PlacementPlan.from_args(_args(actor_num_gpus_per_node=2, rollout_num_gpus=1)).critic_bundles == ()

@@ -248,3 +248,16 @@ def test_response_budget_fits_prompt_and_response_into_the_context():
     partial = Sample(tokens=[1] * 12, response_length=2)
     assert budget(SimpleNamespace(rollout_max_context_len=14), partial, 8) == 2
     assert budget(SimpleNamespace(rollout_max_context_len=12), partial, 8) == 0
+
+
+def test_generate_keeps_the_engines_routed_experts_with_r3(args):
+    """--use-rollout-routing-replay: /generate asks for routed experts (through the router) and the
+    sample keeps them as [len(tokens) - 1, num_layers, topk] (SGLang's rows: every fed token)."""
+    import numpy as np
+
+    args.use_rollout_routing_replay = True
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 2}
+    sample = asyncio.run(sglang_rollout.generate(args, Sample(prompt="12 mod 2", index=0), params))
+    routed = np.asarray(sample.rollout_routed_experts)
+    assert routed.shape == (len(sample.tokens) - 1, args.num_layers, args.moe_router_topk)
+    assert routed.min() >= 0 and routed.max() < args.num_experts

@@ -157,6 +157,8 @@ BAD = [
     (json.dumps({"input_ids": [1, 999]}), "input_ids"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"no_such_param": 1}}), "no_such_param"),
     (json.dumps({"input_ids": [1, 2], "stream": True}), "stream"),
+    (json.dumps({"input_ids": [1, 2], "return_routed_experts": True, "routed_experts_start_len": 3}),
+     "routed_experts_start_len"),
 ]
 
 
@@ -322,3 +324,41 @@ def test_pause_without_mode_aborts_like_sglang_and_flush_then_succeeds(url):
 
     result, flushed = asyncio.run(run())
     assert result["meta_info"]["finish_reason"]["type"] == "abort" and "Cache flushed" in flushed
+
+
+def _hf_routing(model, ids: list[int]) -> torch.Tensor:
+    """transformers' own routing of `ids` (one unbatched forward): [len, layers, k] expert ids."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_router_logits=True)
+    k = model.config.num_experts_per_tok
+    return torch.stack([torch.topk(torch.softmax(r.float(), -1), k, -1).indices for r in out.router_logits], dim=1)
+
+
+def test_routed_experts_come_back_in_sglangs_encoding(url, hf_model):
+    """SGLang's `return_routed_experts`: base64 int32 [seqlen - 1 - start, layers, topk], each row
+    the routing of that fed token; a ragged batch (left padding) routes as unbatched transformers."""
+    import base64
+
+    import numpy as np
+
+    cfg = hf_model.config
+    client = SyncEngineClient(url)
+
+    async def run():
+        async with EngineClient(url) as c:
+            await c.pause_generation()
+            tasks = [asyncio.create_task(c.generate({**_greedy(p, 6), "return_routed_experts": True,
+                                                     "routed_experts_start_len": start}))
+                     for p, start in zip(PROMPTS[:3], (0, 0, 2))]
+            await asyncio.to_thread(_wait_for, client, "waiting", 3)
+            await c.continue_generation()
+            return await asyncio.gather(*tasks)
+
+    for prompt, start, res in zip(PROMPTS[:3], (0, 0, 2), asyncio.run(run())):
+        seq = prompt + res["output_ids"]
+        flat = np.frombuffer(base64.b64decode(res["meta_info"]["routed_experts"]), dtype=np.int32)
+        got = torch.from_numpy(flat.copy()).view(len(seq) - 1 - start, cfg.num_hidden_layers, cfg.num_experts_per_tok)
+        want = _hf_routing(hf_model, seq[:-1])[start:].to(torch.int32)
+        assert torch.equal(got.sort(-1).values, want.sort(-1).values)
+    plain = client.generate(_greedy(PROMPTS[0], 2))
+    assert "routed_experts" not in plain["meta_info"]
