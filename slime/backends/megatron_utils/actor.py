@@ -55,6 +55,8 @@ def whiten_over_group(advantages: list[torch.Tensor], loss_masks: list[torch.Ten
 class MegatronTrainer:
     """Model, optimizer and schedule of this rank plus the train/log-prob logic."""
 
+    _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
+
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
         self.state = build_train_state(args)
@@ -64,7 +66,6 @@ class MegatronTrainer:
             if args.custom_megatron_before_train_step_hook_path else None
         self._custom_loss = load_function(args.custom_loss_function_path) if args.loss_type == "custom_loss" else None
         self.step_id = 0
-        self._pending_save = None  # --async-save: a checkpoint being written in the background
 
     # ----- data split -------------------------------------------------------------------
     def step_indices(self, rollout_data: dict) -> list[list[int]]:
