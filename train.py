@@ -53,15 +53,21 @@ def main(argv=None, entry="train", loop=None) -> int:
     """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train).
 
     Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 2 an
-    invalid flag combination (one line naming the flags, as argparse does), 130 interrupted
+    invalid flag combination or a flag this machine cannot honor (one line naming the flags, as
+    argparse does; see `startup_refusals`), 130 interrupted
     (Ctrl-C); other errors propagate with their traceback. In every case the loop's JobScope has
     stopped the processes the job started."""
-    from slime.utils.arguments import ArgumentError
+    from slime.utils.arguments import ArgumentError, startup_refusals
 
     try:
         args = parse_args(argv, entry=entry)
     except ArgumentError as e:
         print(f"{entry}.py: error: {e}", file=sys.stderr)
+        return 2
+    refusals = [] if args.dry_run else startup_refusals(args)
+    for refusal in refusals:  # GPU-only features without CUDA, configurations not implemented
+        print(f"{entry}.py: error: {refusal}", file=sys.stderr)
+    if refusals:
         return 2
     if args.dry_run:
         from slime.backends.sglang_utils.server_args import dry_run_commands

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the repository root, tiny Qwen3 checkpoints and the toy task data.
+"""Shared pytest fixtures: the repository root, tiny Qwen3 / DeepSeek-V3 / GLM-4.5 checkpoints and the toy
+task data.
 
 The checkpoints and data are built once per session by the functions in tools/make_tiny_model.py
 and tools/make_toy_data.py (loaded by file path: tools/ is not a package). Treat the returned
@@ -40,6 +41,20 @@ def tiny_dense_hf(tmp_path_factory) -> Path:
     """Path of a tiny dense Qwen3ForCausalLM Hugging Face checkpoint (seed 0), made once a session."""
     out = tmp_path_factory.mktemp("tiny_dense_hf")
     return load_tool("make_tiny_model").make_tiny_model(out, variant="dense", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_deepseek_v3_hf(tmp_path_factory) -> Path:
+    """Path of a tiny DeepseekV3ForCausalLM (MLA, YaRN, group routing, shared expert) checkpoint (seed 0)."""
+    out = tmp_path_factory.mktemp("tiny_deepseek_v3_hf")
+    return load_tool("make_tiny_model").make_tiny_model(out, variant="deepseek_v3", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_glm4_moe_hf(tmp_path_factory) -> Path:
+    """Path of a tiny Glm4MoeForCausalLM (QKV bias, QK norm, partial rotary, shared expert) checkpoint (seed 0)."""
+    out = tmp_path_factory.mktemp("tiny_glm4_moe_hf")
+    return load_tool("make_tiny_model").make_tiny_model(out, variant="glm4_moe", seed=0)
 
 
 @pytest.fixture(scope="session")

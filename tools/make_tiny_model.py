@@ -1,8 +1,14 @@
-"""Tiny Qwen3 checkpoints for tests and CPU runs, built locally with no download.
+"""Tiny checkpoints of the supported model families for tests and CPU runs, built locally with no
+download.
 
-Owns the toy-size Qwen3-MoE (`Qwen3MoeForCausalLM`, the Qwen3-30B-A3B structure) and dense
-Qwen3 (`Qwen3ForCausalLM`) configurations, a character-level tokenizer with Qwen's special tokens
-and chat template, and deterministic weight initialisation: the same seed gives the same bytes.
+Owns the toy-size Qwen3-MoE (`Qwen3MoeForCausalLM`, the Qwen3-30B-A3B structure), dense Qwen3
+(`Qwen3ForCausalLM`), DeepSeek-V3 (`DeepseekV3ForCausalLM`: multi-latent attention with a q
+low-rank path and YaRN rotary scaling, one dense first layer, sigmoid routing over expert groups
+with an expert bias, a shared expert; the structure of DeepSeek-V3/R1, Kimi-K2 and Moonlight) and
+GLM-4.5 MoE (`Glm4MoeForCausalLM`: QKV biases, QK norms, partial rotary, one dense first layer,
+sigmoid routing with expert bias, a shared expert) configurations, a character-level tokenizer
+with Qwen's special tokens and chat template (the same for every variant), and deterministic
+weight initialisation: the same seed gives the same bytes.
 
 The checkpoint folder holds config.json, model.safetensors (Hugging Face parameter names, one
 tensor per expert as in the released Qwen3-MoE checkpoints), tokenizer.json,
@@ -15,7 +21,8 @@ config.json gains `quantization_config` {"quant_method": "fp8", "fmt": "e4m3",
 "activation_scheme": "dynamic", "weight_block_size": [32, 32]}. [32, 32] rather than the released
 [128, 128] because the tiny projections are 32-64 wide: every one of them gets whole blocks.
 
-Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense] [--seed 0] [--fp8]
+Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense|deepseek_v3|glm4_moe]
+       [--seed 0] [--fp8]
 """
 
 import argparse
@@ -96,7 +103,58 @@ _VARIANT_CONFIG = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
     },
+    # DeepSeek-V3 keys as released (rope_scaling, n_routed_experts, ...); head_dim is the rotary dim
+    # as transformers sets it. qk 16+8 and v 16 head dims differ, as in the real model (192 / 128).
+    "deepseek_v3": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "num_key_value_heads": 4,
+        "head_dim": 8,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 128, "beta_fast": 32, "beta_slow": 1},
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "n_group": 4,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "aux_loss_alpha": 0.001,
+        "ep_size": 1,
+        "num_nextn_predict_layers": 0,
+    },
+    # GLM-4.5 keys as released; partial rotary: half of each 16-dim head.
+    "glm4_moe": {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "attention_bias": True,
+        "use_qk_norm": True,
+        "partial_rotary_factor": 0.5,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "num_nextn_predict_layers": 0,
+    },
 }
+# Qwen3-only keys the other families do not declare.
+_QWEN_ONLY_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers")
 
 
 def token_ids() -> dict[str, int]:
@@ -108,66 +166,100 @@ def token_ids() -> dict[str, int]:
 
 
 def model_config(variant: str) -> dict:
-    """Return the config.json dict of a tiny variant ("moe" or "dense"), keys sorted."""
+    """Return the config.json dict of a tiny variant (a `_VARIANT_CONFIG` key), keys sorted."""
     if variant not in _VARIANT_CONFIG:
         raise ValueError(f"--variant {variant!r}: expected one of {sorted(_VARIANT_CONFIG)}")
     ids = token_ids()
     config = {**_COMMON_CONFIG, **_VARIANT_CONFIG[variant]}
+    if not config["model_type"].startswith("qwen3"):
+        config = {k: v for k, v in config.items() if k not in _QWEN_ONLY_KEYS}
     config.update(bos_token_id=ids[BOS_TOKEN], eos_token_id=ids[EOS_TOKEN], pad_token_id=ids[PAD_TOKEN])
     return dict(sorted(config.items()))
 
 
 def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Return {Hugging Face parameter name: shape} for a tiny config, in a fixed order."""
-    hidden, vocab, head_dim = config["hidden_size"], config["vocab_size"], config["head_dim"]
-    q_out = config["num_attention_heads"] * head_dim
-    kv_out = config["num_key_value_heads"] * head_dim
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    attention = _ATTENTION_SHAPES[config["model_type"]]
     shapes = {"model.embed_tokens.weight": (vocab, hidden)}
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        shapes.update({
-            p + "input_layernorm.weight": (hidden,),
-            p + "post_attention_layernorm.weight": (hidden,),
-            p + "self_attn.q_proj.weight": (q_out, hidden),
-            p + "self_attn.k_proj.weight": (kv_out, hidden),
-            p + "self_attn.v_proj.weight": (kv_out, hidden),
-            p + "self_attn.o_proj.weight": (hidden, q_out),
-            p + "self_attn.q_norm.weight": (head_dim,),
-            p + "self_attn.k_norm.weight": (head_dim,),
-        })
-        shapes.update(_mlp_shapes(config, p + "mlp."))
+        shapes.update({p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,)})
+        shapes.update(attention(config, p + "self_attn."))
+        shapes.update(_mlp_shapes(config, p + "mlp.", layer))
     shapes["model.norm.weight"] = (hidden,)
     shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
 
 
-def _mlp_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
-    """Shapes of one layer's MLP: a router plus one SwiGLU per expert (MoE), or one SwiGLU."""
+def _gqa_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Qwen3 / GLM-4.5 attention: q, k, v (+ biases with attention_bias), o, q/k norms."""
+    hidden, head_dim = config["hidden_size"], config["head_dim"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+    shapes = {}
+    for name, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+        shapes[prefix + name + ".weight"] = (out, hidden)
+        if config.get("attention_bias"):
+            shapes[prefix + name + ".bias"] = (out,)
+    shapes[prefix + "o_proj.weight"] = (hidden, q_out)
+    if config.get("use_qk_norm", config["model_type"].startswith("qwen3")):
+        shapes.update({prefix + "q_norm.weight": (head_dim,), prefix + "k_norm.weight": (head_dim,)})
+    return shapes
+
+
+def _mla_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
+    """DeepSeek-V3 multi-latent attention: q low-rank path, kv latent + shared rotary key, o."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    qk_dim = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+    kv_rank = config["kv_lora_rank"]
+    return {
+        prefix + "q_a_proj.weight": (config["q_lora_rank"], hidden),
+        prefix + "q_a_layernorm.weight": (config["q_lora_rank"],),
+        prefix + "q_b_proj.weight": (heads * qk_dim, config["q_lora_rank"]),
+        prefix + "kv_a_proj_with_mqa.weight": (kv_rank + config["qk_rope_head_dim"], hidden),
+        prefix + "kv_a_layernorm.weight": (kv_rank,),
+        prefix + "kv_b_proj.weight": (heads * (config["qk_nope_head_dim"] + config["v_head_dim"]), kv_rank),
+        prefix + "o_proj.weight": (hidden, heads * config["v_head_dim"]),
+    }
+
+
+_ATTENTION_SHAPES = {"qwen3": _gqa_shapes, "qwen3_moe": _gqa_shapes, "glm4_moe": _gqa_shapes,
+                     "deepseek_v3": _mla_shapes}
+
+
+def _swiglu_shapes(prefix: str, hidden: int, inter: int) -> dict[str, tuple[int, ...]]:
+    return {
+        prefix + "gate_proj.weight": (inter, hidden),
+        prefix + "up_proj.weight": (inter, hidden),
+        prefix + "down_proj.weight": (hidden, inter),
+    }
+
+
+def _mlp_shapes(config: dict, prefix: str, layer: int) -> dict[str, tuple[int, ...]]:
+    """Shapes of one layer's MLP: a router (+ its expert bias) plus one SwiGLU per expert and the
+    shared experts (MoE), or one SwiGLU (dense models, and the first_k_dense_replace layers)."""
     hidden = config["hidden_size"]
-    if "num_experts" not in config:
-        inter = config["intermediate_size"]
-        return {
-            prefix + "gate_proj.weight": (inter, hidden),
-            prefix + "up_proj.weight": (inter, hidden),
-            prefix + "down_proj.weight": (hidden, inter),
-        }
+    experts = config.get("num_experts") or config.get("n_routed_experts")
+    if not experts or layer < config.get("first_k_dense_replace", 0):
+        return _swiglu_shapes(prefix, hidden, config["intermediate_size"])
     inter = config["moe_intermediate_size"]
-    shapes = {prefix + "gate.weight": (config["num_experts"], hidden)}
-    for e in range(config["num_experts"]):
-        shapes.update({
-            f"{prefix}experts.{e}.gate_proj.weight": (inter, hidden),
-            f"{prefix}experts.{e}.up_proj.weight": (inter, hidden),
-            f"{prefix}experts.{e}.down_proj.weight": (hidden, inter),
-        })
+    shapes = {prefix + "gate.weight": (experts, hidden)}
+    if "n_routed_experts" in config:
+        shapes[prefix + "gate.e_score_correction_bias"] = (experts,)
+    for e in range(experts):
+        shapes.update(_swiglu_shapes(f"{prefix}experts.{e}.", hidden, inter))
+    if config.get("n_shared_experts"):
+        shapes.update(_swiglu_shapes(prefix + "shared_experts.", hidden, inter * config["n_shared_experts"]))
     return shapes
 
 
 def init_weights(config: dict, seed: int) -> dict:
-    """Return {name: float32 tensor}: norms are ones, every matrix ~ N(0, initializer_range).
+    """Return {name: float32 tensor}: norms are ones, every matrix and bias ~ N(0, initializer_range).
 
-    One torch.Generator seeded with `seed` draws the matrices in `parameter_shapes` order, so the
-    result depends only on (config, seed). Small weights keep a random model's next-token
-    distribution close to uniform.
+    One torch.Generator seeded with `seed` draws the matrices and biases in `parameter_shapes`
+    order, so the result depends only on (config, seed). Small weights keep a random model's
+    next-token distribution close to uniform; random router expert biases make them matter.
     """
     import torch
 
@@ -175,7 +267,7 @@ def init_weights(config: dict, seed: int) -> dict:
     std = config["initializer_range"]
     tensors = {}
     for name, shape in parameter_shapes(config).items():
-        if len(shape) == 1:
+        if len(shape) == 1 and not name.endswith(("bias", "e_score_correction_bias")):
             tensors[name] = torch.ones(shape, dtype=torch.float32)
         else:
             tensors[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
@@ -233,9 +325,10 @@ FP8_BLOCK_SIZE = (32, 32)
 
 
 def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0, fp8_block_size=None) -> Path:
-    """Write a tiny Qwen3 checkpoint folder to `output_dir` and return its Path.
+    """Write a tiny checkpoint folder to `output_dir` and return its Path.
 
-    `variant` is "moe" (Qwen3MoeForCausalLM) or "dense" (Qwen3ForCausalLM); `fp8_block_size`
+    `variant` is "moe" (Qwen3MoeForCausalLM), "dense" (Qwen3ForCausalLM), "deepseek_v3"
+    (DeepseekV3ForCausalLM) or "glm4_moe" (Glm4MoeForCausalLM); `fp8_block_size`
     (bn, bk) makes it block-FP8 (module docstring). The files are a pure function of the
     arguments: two calls give byte-identical folders.
     """
@@ -271,7 +364,8 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", required=True, help="folder to write the checkpoint into")
     parser.add_argument("--variant", choices=sorted(_VARIANT_CONFIG), default="moe",
-                        help="moe: Qwen3MoeForCausalLM; dense: Qwen3ForCausalLM")
+                        help="moe: Qwen3MoeForCausalLM; dense: Qwen3ForCausalLM; deepseek_v3: "
+                             "DeepseekV3ForCausalLM (MLA); glm4_moe: Glm4MoeForCausalLM")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weight initialisation")
     parser.add_argument("--fp8", action="store_true",
                         help="write a block-FP8 checkpoint (float8_e4m3fn + weight_scale_inv, like Qwen3-*-FP8)")

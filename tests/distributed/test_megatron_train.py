@@ -1,5 +1,6 @@
 """One training step of the Megatron trainer on gloo: parallel layouts agree with one rank, a GRPO
-step moves log-probs the way the advantages say, and the first step's ppo_kl is zero."""
+step moves log-probs the way the advantages say, the first step's ppo_kl is zero, and SFT steps
+lower the NLL."""
 
 import pytest
 
@@ -46,3 +47,14 @@ def test_grpo_step_moves_log_probs_with_advantages(tiny_moe_hf, tmp_path):
     assert abs(result["metrics"]["train/ppo_kl"]) <= 1e-8
     for reward, shift in zip(result["rewards"], result["shift"]):
         assert (shift > 0) == (reward > 0), f"reward {reward} but log-prob moved by {shift}"
+
+
+def test_sft_steps_lower_the_masked_nll(tiny_dense_hf, tmp_path):
+    """slime's SFT path: --loss-type sft_loss with --disable-compute-advantages-and-returns trains
+    on the masked tokens' NLL (no advantages, no old-policy pass, no policy-loss metrics)."""
+    sft = ["--loss-type", "sft_loss", "--disable-compute-advantages-and-returns", "--calculate-per-token-loss",
+           "--data-pad-size-multiplier", "4"]  # rows padded to multiples of 4: a separate segment
+    metrics = train_metrics(tiny_dense_hf, 1, sft, tmp_path, rollouts=2, tag="sft")
+    losses = [m["train/loss"] for m in metrics]
+    assert losses[0] > losses[1] > 0, losses
+    assert not any(key.startswith("train/pg_") or key == "train/ppo_kl" for key in metrics[0])

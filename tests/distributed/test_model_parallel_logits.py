@@ -1,5 +1,5 @@
 """Megatron GPTModel on 2 gloo ranks matches HF transformers: TP=2 + sequence parallel + MoE
-(our SequenceParallelRMSNorm), and EP=2."""
+(our SequenceParallelRMSNorm), and EP=2; for the Qwen3-MoE, DeepSeek-V3 (MLA) and GLM-4.5 families."""
 
 import pytest
 import torch
@@ -54,13 +54,22 @@ def _logits(rank, world_size, hf_dir, layout):
     }
 
 
-@pytest.mark.parametrize("layout", [
-    {"tensor_model_parallel_size": 2, "sequence_parallel": True},
-    {"tensor_model_parallel_size": 2, "sequence_parallel": True, "expert_tensor_parallel_size": 2},
-    {"expert_model_parallel_size": 2},
-], ids=["tp2-sp", "tp2-sp-etp2", "ep2"])
-def test_moe_model_parallel_logits_match_hf(tiny_moe_hf, tmp_path, layout):
-    results = spawn(_logits, 2, tmp_path, hf_dir=str(tiny_moe_hf), layout=layout)
+TP2_SP = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
+EP2 = {"expert_model_parallel_size": 2}
+
+
+@pytest.mark.parametrize("fixture, layout", [
+    ("tiny_moe_hf", TP2_SP),
+    ("tiny_moe_hf", {**TP2_SP, "expert_tensor_parallel_size": 2}),
+    ("tiny_moe_hf", EP2),
+    ("tiny_deepseek_v3_hf", TP2_SP),
+    ("tiny_deepseek_v3_hf", EP2),
+    ("tiny_glm4_moe_hf", TP2_SP),
+    ("tiny_glm4_moe_hf", EP2),
+], ids=["tp2-sp", "tp2-sp-etp2", "ep2", "deepseek_v3-tp2-sp", "deepseek_v3-ep2", "glm4_moe-tp2-sp", "glm4_moe-ep2"])
+def test_moe_model_parallel_logits_match_hf(request, tmp_path, fixture, layout):
+    hf_dir = request.getfixturevalue(fixture)
+    results = spawn(_logits, 2, tmp_path, hf_dir=str(hf_dir), layout=layout)
     for result in results:
         assert result["max_abs_diff"] <= 1e-4, result
         assert result["sp_marked"] == bool(layout.get("sequence_parallel")), result
@@ -103,7 +112,9 @@ def _te_logits(rank, world_size, hf_dir):
 
 
 @pytest.mark.gpu
-def test_te_spec_logits_match_hf(tiny_moe_hf, tmp_path):
-    """TE layer spec (fp32) on CUDA equals transformers within GPU kernel tolerance (TF32 off by default)."""
-    (result,) = spawn(_te_logits, 1, tmp_path, hf_dir=str(tiny_moe_hf))
+@pytest.mark.parametrize("fixture", ["tiny_moe_hf", "tiny_deepseek_v3_hf", "tiny_glm4_moe_hf"])
+def test_te_spec_logits_match_hf(request, tmp_path, fixture):
+    """TE layer spec (fp32) on CUDA equals transformers within GPU kernel tolerance (TF32 off by default);
+    for DeepSeek-V3 this is TE's MLA (fused latent norms, duplicated down projections)."""
+    (result,) = spawn(_te_logits, 1, tmp_path, hf_dir=str(request.getfixturevalue(fixture)))
     assert result["max_abs_diff"] <= 1e-3, result

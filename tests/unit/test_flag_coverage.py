@@ -45,12 +45,24 @@ RESOLVED_INTO = {
 REFUSED = {
     "ckpt_format": ["--ckpt-format", "torch"],  # checkpoints are torch_dist, the default, only
 }
+# Whole effect at parse time or outside slime's code (dest -> why nothing else reads it).
+PARSE_TIME_ONLY = {
+    "sglang_config": "its YAML items are merged into argv as --sglang-* flags before parsing",
+    "model_name": "checked against the HF config's architectures at parse time (the converter comes from them)",
+    "add_position_embedding": "Megatron-LM's legacy switch: accepted only where it changes nothing, else refused",
+    "post_self_attn_layernorm": "read by the user's --spec function (which gets args), not by slime",
+    "post_mlp_layernorm": "read by the user's --spec function (which gets args), not by slime",
+    "enable_mtp_training": "needs --mtp-num-layers, which is refused at start-up (startup_refusals)",
+    "mtp_loss_scaling_factor": "needs --mtp-num-layers, which is refused at start-up (startup_refusals)",
+}
 # Helpers of the arguments package that the runtime reads flags through (dotted path -> why): the
 # dests each one reads count as read when code outside the package calls it.
 READ_THROUGH = {
     "slime.utils.arguments.critic.critic_view":
         "the PPO critic's ranks see their flags through this view (--critic-load as --load, ...)",
     "slime.utils.arguments.critic.critic_world_size": "placement sizes the critic's ranks with it",
+    "slime.utils.arguments.features.startup_refusals": "train.py refuses to start on what it returns",
+    "slime.utils.arguments.sglang.startup_refusals": "train.py refuses to start on what it returns",
 }
 
 
@@ -120,7 +132,7 @@ def _passthrough() -> set[str]:
 
 
 def _listed(dest: str) -> bool:
-    return dest in PLANNER_INPUTS or dest in RESOLVED_INTO or dest in REFUSED
+    return dest in PLANNER_INPUTS or dest in RESOLVED_INTO or dest in REFUSED or dest in PARSE_TIME_ONLY
 
 
 def test_every_flag_is_read_outside_the_parser_and_planner():
@@ -133,7 +145,7 @@ def test_every_flag_is_read_outside_the_parser_and_planner():
 
 def test_the_explicit_lists_hold_only_real_and_still_needed_entries():
     dests = _all_dests()
-    listed = {*PLANNER_INPUTS, *RESOLVED_INTO, *REFUSED}
+    listed = {*PLANNER_INPUTS, *RESOLVED_INTO, *REFUSED, *PARSE_TIME_ONLY}
     assert listed <= dests, f"listed but not flags: {sorted(listed - dests)}"
     uncalled = set(READ_THROUGH) - _called_helpers()
     assert not uncalled, f"read-through helpers nothing outside the arguments package calls: {sorted(uncalled)}"

@@ -43,6 +43,14 @@ _FUSED_NAMES = {
 }
 
 
+def loadable_tensors(model) -> dict:
+    """Name -> tensor of everything a weight update may write: the parameters and the persistent
+    buffers that checkpoints carry (e.g. DeepSeek-V3 / GLM-4.5's `mlp.gate.e_score_correction_bias`)."""
+    persistent = model.state_dict(keep_vars=True)
+    buffers = {name: buf for name, buf in model.named_buffers() if name in persistent}
+    return {**buffers, **dict(model.named_parameters(remove_duplicate=False))}
+
+
 def resolve_parameter(params: dict, name: str) -> torch.Tensor:
     """The tensor (a parameter or a view of a fused one) that HF checkpoint name `name` loads into.
 
@@ -83,7 +91,7 @@ class WeightManager:
             raise RequestError("weights are released; call /resume_memory_occupation before updating them")
         if self.fp8 is not None:  # (weight fp8, weight_scale_inv) pairs -> dequantised weights
             named = self.fp8.dequantize_named(named)
-        params = dict(self.model.named_parameters(remove_duplicate=False))
+        params = loadable_tensors(self.model)
         pairs = []
         for name, tensor in named:  # validate everything before touching the model
             target = resolve_parameter(params, name)
@@ -123,7 +131,7 @@ class WeightManager:
         contiguous is received straight into the model; others into a scratch buffer. On any
         error every buffer is scratch, so the broadcasts can be drained without touching the model.
         """
-        params = dict(self.model.named_parameters(remove_duplicate=False))
+        params = loadable_tensors(self.model)
         plan, error = [], None
         for name, dtype, shape in zip(names, dtypes, shapes):
             torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)

@@ -11,6 +11,7 @@ forward-backward schedule and step the optimizer and LR schedule. Every rank rec
 from __future__ import annotations
 
 import logging
+import math
 import time
 from functools import partial
 
@@ -93,7 +94,10 @@ class MegatronTrainer:
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
-        pad = mpu.get_tensor_model_parallel_world_size() if self.state.config.sequence_parallel else 1
+        tp = mpu.get_tensor_model_parallel_world_size()
+        pad = tp if self.state.config.sequence_parallel else 1
+        if args.data_pad_size_multiplier:  # slime's row padding to TP x multiplier
+            pad = math.lcm(pad, tp * args.data_pad_size_multiplier)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         groups = [[indices[j] for j in g] for g in groups if g]
         lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])
@@ -162,7 +166,7 @@ class MegatronTrainer:
     def _logprob_kw(self, with_entropy: bool) -> dict:
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
                     with_entropy=with_entropy, vocab_size=self.args.vocab_size,
-                    cp_group=_mpu().get_context_parallel_group())
+                    cp_group=_mpu().get_context_parallel_group(), chunk_size=self.args.log_probs_chunk_size)
 
     def _keep_recorded_routing(self, rollout_data: dict, mbs: list) -> None:
         mpu = _mpu()
@@ -183,10 +187,14 @@ class MegatronTrainer:
         return "record" if self.args.use_routing_replay else None
 
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
-        """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""
+        """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
+        `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
+        and the advantages read it)."""
         n = len(rollout_data["tokens"])
         routing = self._old_policy_routing(rollout_data)
-        if self.args.use_rollout_logprobs:
+        if self.args.disable_compute_advantages_and_returns:
+            pass
+        elif self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
             got = self.compute_log_prob(rollout_data, mine, routing=routing)
@@ -202,8 +210,8 @@ class MegatronTrainer:
         """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
         computes the loss). `--custom-advantage-function-path` replaces the estimator;
         `--normalize-advantages` then whitens the advantages (the estimator's or the plugin's)
-        over the data-parallel batch."""
-        if not _mpu().is_pipeline_last_stage():
+        over the data-parallel batch. `--disable-compute-advantages-and-returns`: none."""
+        if not _mpu().is_pipeline_last_stage() or self.args.disable_compute_advantages_and_returns:
             return
         if self.args.custom_advantage_function_path:
             call_custom_advantage(load_function(self.args.custom_advantage_function_path), self.args, rollout_data)
@@ -324,6 +332,7 @@ class MegatronTrainer:
         mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys, routing="replay")
         scale, norm = self._loss_scale(rollout_data, step, len(mbs))
         loss_fn = partial(ts.train_loss_fn, compute_loss=self._compute_loss, scale=scale,
+                          check_finite=args.check_for_nan_in_loss_and_grad,
                           **self._logprob_kw(with_entropy=True))  # entropy is always reported
         for model in state.model:
             model.zero_grad_buffer()

@@ -45,6 +45,8 @@ _TRANSFORMER_FIELDS = {
     "moe_permute_fusion": "moe_permute_fusion",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "moe_router_topk_scaling_factor": "moe_router_topk_scaling_factor",
+    "moe_router_num_groups": "moe_router_num_groups",
+    "moe_router_group_topk": "moe_router_group_topk",
     "moe_router_enable_expert_bias": "moe_router_enable_expert_bias",
     "moe_router_bias_update_rate": "moe_router_bias_update_rate",
     "recompute_granularity": "recompute_granularity",
@@ -56,6 +58,12 @@ _TRANSFORMER_FIELDS = {
     "attention_softmax_in_fp32": "attention_softmax_in_fp32",
     "apply_query_key_layer_scaling": "apply_query_key_layer_scaling",
     "calculate_per_token_loss": "calculate_per_token_loss",
+    # recipe features (slime.utils.arguments.features)
+    "rotary_interleaved": "rotary_interleaved",
+    "attention_output_gate": "attention_output_gate",
+    "apply_layernorm_1p": "layernorm_zero_centered_gamma",
+    "moe_shared_expert_gate": "moe_shared_expert_gate",
+    "deterministic_mode": "deterministic_mode",
 }
 
 _MOE_ONLY_FIELDS = {
@@ -72,8 +80,29 @@ _MOE_ONLY_FIELDS = {
     "moe_permute_fusion",
     "moe_shared_expert_intermediate_size",
     "moe_router_topk_scaling_factor",
+    "moe_shared_expert_gate",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
     "moe_router_enable_expert_bias",
     "moe_router_bias_update_rate",
+}
+
+# args dest -> MLATransformerConfig field, used with --multi-latent-attention only.
+_MLA_FIELDS = {
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_head_dim": "qk_head_dim",
+    "qk_pos_emb_head_dim": "qk_pos_emb_head_dim",
+    "v_head_dim": "v_head_dim",
+    "rope_type": "rope_type",
+    "rotary_base": "rotary_base",
+    "rotary_percent": "rotary_percent",
+    "rotary_scaling_factor": "rotary_scaling_factor",
+    "mscale": "mscale",
+    "mscale_all_dim": "mscale_all_dim",
+    "original_max_position_embeddings": "original_max_position_embeddings",
+    "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow",
 }
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -179,14 +208,38 @@ def _attention_backend_field(args: argparse.Namespace) -> dict:
     return {"attention_backend": AttnBackend[backend]}
 
 
+def _gpu_feature_fields(args: argparse.Namespace) -> dict:
+    """FP8 training and DeepEP (GPU only; refused without CUDA at start-up by
+    ``slime.utils.arguments.features.startup_refusals``)."""
+    kwargs = {}
+    if getattr(args, "fp8_format", None):
+        kwargs.update(fp8=args.fp8_format, fp8_recipe=args.fp8_recipe)
+    if getattr(args, "moe_enable_deepep", False):
+        kwargs["moe_flex_dispatcher_backend"] = "deepep"  # megatron-core 0.16's name for it
+    return kwargs
+
+
+def _mla_fields(args: argparse.Namespace) -> dict:
+    """MLATransformerConfig kwargs for ``--multi-latent-attention`` (``q_lora_rank`` may be None:
+    queries projected directly). ``--rope-type`` left unset: yarn when scaled, else rope."""
+    kwargs = {dst: getattr(args, src) for src, dst in _MLA_FIELDS.items()
+              if getattr(args, src, None) is not None}
+    kwargs["q_lora_rank"] = getattr(args, "q_lora_rank", None)
+    if kwargs.get("rope_type") is None:
+        kwargs["rope_type"] = "yarn" if float(kwargs.get("rotary_scaling_factor", 1.0)) != 1.0 else "rope"
+    kwargs["rotary_base"] = float(kwargs.get("rotary_base", 10000))
+    return kwargs
+
+
 def transformer_config_from_args(args: argparse.Namespace, **overrides):
-    """Build megatron-core ``TransformerConfig`` for Qwen3 dense / MoE from Megatron-LM args.
+    """Build megatron-core ``TransformerConfig`` (``MLATransformerConfig`` with
+    ``--multi-latent-attention``) for Qwen3, DeepSeek-V3 and GLM-4.5 families from Megatron-LM args.
 
     RMSNorm / LayerNorm from ``--normalization``, SwiGLU (gated linear unit + silu) from
     ``--swiglu``, bias from ``--disable-bias-linear`` (``add_bias_linear``), fp32 unless
     ``--bf16`` / ``--fp16``. ``overrides`` are passed last (e.g. ``pipeline_dtype``).
     """
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
     if getattr(args, "moe_permute_fusion", False) and importlib.util.find_spec("transformer_engine") is None:
         raise ImportError(
@@ -219,6 +272,11 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
     kwargs.update(_attention_backend_field(args))
     kwargs.update(_group_query_fields(args))
     kwargs.update(_moe_fields(args))
+    kwargs.update(_gpu_feature_fields(args))
+    if getattr(args, "multi_latent_attention", False):
+        kwargs.update(_mla_fields(args))
+        kwargs.update(overrides)
+        return MLATransformerConfig(**kwargs)
     kwargs.update(overrides)
     return TransformerConfig(**kwargs)
 
@@ -271,7 +329,7 @@ def ddp_config_from_args(args: argparse.Namespace):
         overlap_grad_reduce=bool(getattr(args, "overlap_grad_reduce", False)),
         overlap_param_gather=bool(getattr(args, "overlap_param_gather", False)),
         use_distributed_optimizer=bool(getattr(args, "use_distributed_optimizer", False)),
-        check_for_nan_in_grad=bool(getattr(args, "check_for_nan_in_grad", False)),
+        check_for_nan_in_grad=bool(getattr(args, "check_for_nan_in_loss_and_grad", False)),
         bucket_size=getattr(args, "ddp_bucket_size", None),
         average_in_collective=bool(getattr(args, "ddp_average_in_collective", False)),
     )

@@ -171,7 +171,28 @@ def patch_cuda_device_mode() -> bool:
     return True
 
 
+def patch_mla_have_te() -> bool:
+    """``megatron.core.transformer.multi_latent_attention.HAVE_TE`` -> False when Transformer Engine
+    is absent.
+
+    Why: megatron-core 0.16.1's MLA module imports ``TELinear`` from
+    ``megatron.core.extensions.transformer_engine``, which without TE succeeds and hands back a
+    placeholder object, so MLA sets ``HAVE_TE = True`` and its constructor's
+    ``isinstance(self.linear_proj, TELinear)`` raises "isinstance() arg 2 must be a type" with
+    the local spec (DeepSeek-V3 / Kimi-K2 / Moonlight on CPU). Can go when MLA reads
+    ``extensions.transformer_engine.HAVE_TE`` (not the case up to 0.16.x).
+    """
+    from megatron.core.extensions import transformer_engine as te_ext
+    from megatron.core.transformer import multi_latent_attention as mla
+
+    if te_ext.HAVE_TE or not mla.HAVE_TE:
+        return False
+    mla.HAVE_TE = False
+    return True
+
+
 CPU_PATCHES = {
+    "mla_have_te": patch_mla_have_te,
     "cuda_device_mode": patch_cuda_device_mode,
     "current_device": patch_current_device,
     "cuda_synchronize": patch_cuda_synchronize,

@@ -42,6 +42,20 @@ def shard_context_for(model, num_experts: int) -> ShardContext:
     )
 
 
+# Persistent buffers that are model weights: megatron's router expert bias (HF
+# ``mlp.gate.e_score_correction_bias``). Loaded and exported like parameters.
+_WEIGHT_BUFFERS = (".router.expert_bias",)
+
+
+def mapped_tensors(model):
+    """``(local name, tensor)`` of every HF-mapped weight of ``model``: its parameters, then the
+    weight buffers (``_WEIGHT_BUFFERS``)."""
+    yield from model.named_parameters()
+    for name, buf in model.named_buffers():
+        if buf is not None and name.endswith(_WEIGHT_BUFFERS):
+            yield name, buf
+
+
 @torch.no_grad()
 def load_hf_weights(model, hf, wmap: WeightMap, ctx: ShardContext) -> int:
     """Copy HF tensors (``hf.get(name)``) into every parameter of ``model``'s local shard.
@@ -50,7 +64,7 @@ def load_hf_weights(model, hf, wmap: WeightMap, ctx: ShardContext) -> int:
     parameter's. Returns the number of parameters filled.
     """
     count = 0
-    for name, param in model.named_parameters():
+    for name, param in mapped_tensors(model):
         full_name = global_name(name, ctx)
         full = wmap.to_megatron(full_name, [hf.get(n) for n in wmap.hf_names(full_name)])
         shard = shard_tensor(wmap, full_name, full, ctx)
@@ -59,7 +73,7 @@ def load_hf_weights(model, hf, wmap: WeightMap, ctx: ShardContext) -> int:
                 f"{name} (global {full_name}): HF gives shape {tuple(shard.shape)}, "
                 f"model has {tuple(param.shape)}; do MODEL_ARGS match the HF config?"
             )
-        param.copy_(shard.to(param.dtype))
+        param.copy_(shard.to(param.dtype))  # expert_bias keeps its float32
         count += 1
     logger.info("loaded %d HF-mapped parameters", count)
     return count
@@ -102,7 +116,7 @@ def args_from_hf_config(hf_config: dict, **overrides):
 
 
 # shape args that have no flag of their own in MODEL_ARGS (derived by megatron or defaults)
-_NOT_FLAGS = {"add_qkv_bias", "moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff"}
+_NOT_FLAGS = {"moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff"}
 
 
 def model_flags_from_hf_config(hf_config: dict) -> list[str]:

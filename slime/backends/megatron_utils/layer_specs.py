@@ -5,10 +5,15 @@ transformer_engine``, GPU) and our local spec (``local``): megatron-core's local
 GPT spec with every RMSNorm swapped for ``SequenceParallelRMSNorm`` so TP > 1 with
 sequence parallel (required by MoE) works without Transformer Engine, and its
 ``DotProductAttention`` swapped for ``PackedDotProductAttention``, which runs packed
-micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU.
+micro-batches (``PackedSeqParams``, THD) as Transformer Engine does on GPU. With
+``multi_latent_attention`` in the config megatron-core's local spec builds ``MLASelfAttention``;
+the same swaps apply, its q / kv down projections are duplicated on every TP rank as in the
+Transformer Engine spec, and the packed attention takes MLA's differing query/key and value head
+dims.
 """
 
 import copy
+import importlib
 import logging
 
 logger = logging.getLogger(__name__)
@@ -28,7 +33,7 @@ def _require_transformer_engine() -> None:
 
 def _local_layer(layer_spec, rms_norm: bool):
     """Deep-copied layer spec with our core attention and, under RMSNorm, our norms (input,
-    pre-MLP, q/k)."""
+    pre-MLP, q/k; with multi-latent attention the q and kv latent norms)."""
     from megatron.core.transformer.identity_op import IdentityOp
 
     from slime.backends.megatron_utils.sp_norm import SequenceParallelRMSNorm
@@ -37,12 +42,13 @@ def _local_layer(layer_spec, rms_norm: bool):
     sub = spec.submodules
     attn = sub.self_attention.submodules
     _swap_core_attention(attn)
+    _replicate_mla_down_projections(attn)
     if not rms_norm:
         return spec
     sub.input_layernorm = SequenceParallelRMSNorm
     sub.pre_mlp_layernorm = SequenceParallelRMSNorm
-    for name in ("q_layernorm", "k_layernorm"):
-        if getattr(attn, name) is not IdentityOp:
+    for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):  # kv_layernorm: MLA's latent norm
+        if getattr(attn, name, IdentityOp) is not IdentityOp:
             setattr(attn, name, SequenceParallelRMSNorm)
     if _is_moe(sub.mlp) and sub.sharded_state_dict_keys_map:
         # TE MoE layers keep a separate pre_mlp_layernorm (no fused fc1 norm); megatron's
@@ -52,6 +58,19 @@ def _local_layer(layer_spec, rms_norm: bool):
             k: v for k, v in sub.sharded_state_dict_keys_map.items() if k != "pre_mlp_layernorm."
         }
     return spec
+
+
+def _replicate_mla_down_projections(attn_submodules) -> None:
+    """MLA's q / kv down projections: megatron's local spec makes them column-parallel, the
+    Transformer Engine spec duplicates them on every TP rank (``TELinear``, ``duplicated``). Use
+    megatron-core's local duplicated linear (``post_training.modelopt.layers.Linear``: whole weight
+    on each TP rank, gradient reduced over TP under sequence parallel, as TE's) so both specs hold
+    and checkpoint the same tensors and one weight map serves both."""
+    from megatron.core.post_training.modelopt.layers import Linear
+
+    for name in ("linear_q_down_proj", "linear_kv_down_proj"):
+        if getattr(attn_submodules, name, None) is not None:
+            setattr(attn_submodules, name, Linear)
 
 
 def _swap_core_attention(attn_submodules) -> None:
@@ -130,3 +149,30 @@ def block_spec_for(transformer_impl: str, config, vp_stage=None, pp_rank=None):
             f"--transformer-impl {transformer_impl!r} is not one of {sorted(BLOCK_SPECS)}"
         )
     return BLOCK_SPECS[transformer_impl](config, vp_stage=vp_stage, pp_rank=pp_rank)
+
+
+def load_layer_spec(spec: list[str], args, config, vp_stage=None):
+    """``--spec MODULE FUNCTION`` as slime loads it: ``getattr(import_module(MODULE), FUNCTION)`` is
+    a layer / block spec used as is, or a callable returning one, called ``FUNCTION(args, config,
+    vp_stage)``. Errors name the flag, the module and what failed."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    module_name, attr = spec
+    where = f"--spec {module_name} {attr}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(f"{where}: cannot import module {module_name!r} ({error})") from error
+    if not hasattr(module, attr):
+        raise AttributeError(f"{where}: module {module_name!r} has no attribute {attr!r}")
+    target = getattr(module, attr)
+    if callable(target) and not isinstance(target, (ModuleSpec, TransformerBlockSubmodules)):
+        try:
+            target = target(args, config, vp_stage)
+        except Exception as error:
+            raise RuntimeError(f"{where}: {module_name}.{attr}(args, config, vp_stage) raised "
+                               f"{type(error).__name__}: {error}") from error
+    if not isinstance(target, (ModuleSpec, TransformerBlockSubmodules)):
+        raise TypeError(f"{where}: expected a ModuleSpec or TransformerBlockSubmodules, got {type(target).__name__}")
+    return target

@@ -86,6 +86,26 @@ def vocab_parallel_log_probs(
     return log_probs, log_z - expected
 
 
+def chunked_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_size: int = -1,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`vocab_parallel_log_probs` over `chunk_size` tokens (rows of `logits`) at a time
+    (`--log-probs-chunk-size`; <= 0: all at once), concatenated: the fp32 [chunk, V_local]
+    temporaries replace the [N, V_local] ones. Each chunk's TP collectives run on every TP rank
+    alike, since all ranks hold the same N tokens."""
+    n = logits.shape[0]
+    if chunk_size <= 0 or n <= chunk_size:
+        return vocab_parallel_log_probs(logits, targets, **kwargs)
+    parts = [vocab_parallel_log_probs(logits[i:i + chunk_size], targets[i:i + chunk_size], **kwargs)
+             for i in range(0, n, chunk_size)]
+    log_probs = torch.cat([lp for lp, _ in parts])
+    entropy = torch.cat([ent for _, ent in parts]) if parts[0][1] is not None else None
+    return log_probs, entropy
+
+
 def gather_context_parallel(values: torch.Tensor, flat_index: torch.Tensor, total: int, cp_group=None) -> torch.Tensor:
     """values [R] at flat positions `flat_index` (this CP rank's share) -> the whole [total] vector.
 

@@ -1,7 +1,7 @@
 """megatron-core ``GPTModel`` for Qwen3 dense and MoE, built from args.
 
 Owns the model provider: the padded vocabulary, the block spec for
-``--transformer-impl`` (see ``layer_specs``), rotary settings, tied / untied output
+``--transformer-impl`` (see ``layer_specs``) or the user's ``--spec``, rotary settings, tied / untied output
 layer and pre/post-process flags per pipeline stage. The returned callable has
 slime's ``--custom-model-provider-path`` signature
 ``(pre_process, post_process, vp_stage=None) -> GPTModel``.
@@ -12,7 +12,7 @@ import logging
 from typing import Callable, Optional
 
 from slime.backends.megatron_utils.config import transformer_config_from_args
-from slime.backends.megatron_utils.layer_specs import block_spec_for
+from slime.backends.megatron_utils.layer_specs import block_spec_for, load_layer_spec
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,15 @@ def build_gpt_model(
     from megatron.core.models.gpt import GPTModel
 
     config = config or transformer_config_from_args(args)
-    impl = getattr(args, "transformer_impl", "local") or "local"
-    block_spec = block_spec_for(impl, config, vp_stage=vp_stage)
+    if getattr(args, "enable_experimental", False):
+        from megatron.core.config import set_experimental_flag
+
+        set_experimental_flag(True)
+    if getattr(args, "spec", None):
+        block_spec = load_layer_spec(args.spec, args, config, vp_stage)
+    else:
+        impl = getattr(args, "transformer_impl", "local") or "local"
+        block_spec = block_spec_for(impl, config, vp_stage=vp_stage)
     max_len = getattr(args, "max_position_embeddings", None) or getattr(args, "seq_length", None)
     return GPTModel(
         config=config,

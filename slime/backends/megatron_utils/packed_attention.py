@@ -60,11 +60,15 @@ def varlen_causal_attention(query, key, value, cu_seqlens, *, scale: float, drop
 
 class PackedDotProductAttention(MegatronModule):
     """Drop-in core attention for megatron's local spec (same constructor and forward as
-    `DotProductAttention`) that supports THD `packed_seq_params`; no parameters."""
+    `DotProductAttention`) that supports THD `packed_seq_params`; no parameters. Value heads may
+    be narrower than query/key heads (multi-latent attention)."""
 
     def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
                  attention_dropout: float | None = None, softmax_scale: float | None = None,
-                 cp_comm_type: str | None = None, pg_collection=None):
+                 cp_comm_type: str | None = None, pg_collection=None, k_channels: int | None = None,
+                 v_channels: int | None = None):
+        # k_channels / v_channels: multi-latent attention's query/key and value head dims (they
+        # differ); the kernels read both from the tensors, MLA passes its softmax_scale.
         super().__init__(config=config)
         if config.context_parallel_size != 1:
             raise ValueError("--context-parallel-size > 1 needs Transformer Engine attention "

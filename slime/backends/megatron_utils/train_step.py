@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from slime.backends.megatron_utils import routing_replay
-from slime.backends.megatron_utils.logprobs import gather_context_parallel, vocab_parallel_log_probs
+from slime.backends.megatron_utils.logprobs import chunked_log_probs, gather_context_parallel
 from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, packed_seq_params
 
 
@@ -63,14 +63,15 @@ def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, de
 
 def response_log_probs(logits: torch.Tensor, mb: MicroBatch, *, tp_group, temperature: float,
                        with_entropy: bool, vocab_size: int | None = None,
-                       cp_group=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       cp_group=None, chunk_size: int = -1) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [1, T, V/tp] (this CP rank's row) -> flat log-probs (and entropy) of every response
-    token of `mb`, [sum(response_lengths)] in sample order, the same on every CP rank."""
+    token of `mb`, [sum(response_lengths)] in sample order, the same on every CP rank.
+    `chunk_size` > 0 (--log-probs-chunk-size): over the vocabulary that many tokens at a time."""
     packed = mb.packed
     picked = logits[0].index_select(0, packed.logit_index)
-    log_probs, entropy = vocab_parallel_log_probs(picked, packed.target_ids, tp_group=tp_group,
-                                                  temperature=temperature, with_entropy=with_entropy,
-                                                  vocab_size=vocab_size)
+    log_probs, entropy = chunked_log_probs(picked, packed.target_ids, chunk_size, tp_group=tp_group,
+                                           temperature=temperature, with_entropy=with_entropy,
+                                           vocab_size=vocab_size)
     def whole(values):
         return gather_context_parallel(values, packed.flat_index, packed.num_response_tokens, cp_group)
     return whole(log_probs), (whole(entropy) if entropy is not None else None)
@@ -132,12 +133,17 @@ def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
     return torch.zeros((), device=logits.device), out
 
 
-def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float, **logprob_kw):
+def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float,
+                  check_finite: bool = False, **logprob_kw):
     """Training loss function: `compute_loss(mb, log_probs, entropy, logits) -> (loss, metrics)`
     where metrics are sums over the micro-batch's samples; returns the scaled loss for backward.
-    log_probs/entropy are whole (unsplit) on every CP rank; `logits` are this rank's row."""
+    log_probs/entropy are whole (unsplit) on every CP rank; `logits` are this rank's row.
+    `check_finite` (Megatron-LM's check_for_nan_in_loss_and_grad): a NaN/Inf loss raises."""
     log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
     loss, metrics = compute_loss(mb, log_probs, entropy, logits)
+    if check_finite and not bool(torch.isfinite(loss.detach()).all()):
+        raise RuntimeError(f"training loss is {loss.item()} for samples {list(mb.packed.sample_ids)} "
+                           "(checked because --no-check-for-nan-in-loss-and-grad is not given)")
     metrics = {k: v.detach().float() for k, v in metrics.items()}
     metrics["loss"] = loss.detach().float()
     return loss * scale, {"metrics": metrics}

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from slime.backends.megatron_utils.hf_loader import shard_context_for
+from slime.backends.megatron_utils.hf_loader import mapped_tensors, shard_context_for
 from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = 
     """
     divisible_by, tp_size = _sizes(args_or_sizes)
     wmap = weight_map_for(hf_config, divisible_by, tp_size)
-    ctx = shard_context_for(model, int(hf_config.get("num_experts", 0) or 0))
-    for name, param in model.named_parameters():
+    ctx = shard_context_for(model, wmap.num_experts)
+    for name, param in mapped_tensors(model):
         if _skip(model, name):
             continue
         for full_name, full in _full_megatron_tensors(wmap, ctx, name, param.detach()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -20,6 +21,7 @@ from slime.utils.arguments import (
     critic,
     data,
     debug,
+    features,
     logger as logger_domain,
     megatron,
     rollout,
@@ -31,13 +33,14 @@ from slime.utils.arguments.hf_config import check_hf_config
 from slime.utils.arguments.logger import SECRET_DESTS, is_secret_dest
 
 __all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_dest", "build_parser", "check_hf_config",
-           "parse_args", "redacted_vars", "validate_args"]
+           "parse_args", "redacted_vars", "startup_refusals", "validate_args"]
 
 # Not named `logger`: that name is the logging domain submodule of this package.
 log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
-    debug, cluster, megatron, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain, sglang,
+    debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain,
+    sglang,
 )
 ENTRIES = ("train", "train_async")
 
@@ -72,9 +75,11 @@ def validate_args(args: argparse.Namespace) -> list[str]:
 def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.Namespace:
     """Parse ``argv`` (None: sys.argv[1:]) for ``entry``, validate, log the warnings.
 
+    ``--sglang-config YAML`` items are merged into ``argv`` first (``sglang.expand_sglang_config``).
     Returns the namespace with ``args.entry`` and ``args.warnings`` (list of str) set.
     Unknown flags exit through argparse naming the flag; invalid combinations raise ArgumentError.
     """
+    argv = sglang.expand_sglang_config(list(sys.argv[1:] if argv is None else argv))
     args = build_parser(entry).parse_args(argv)
     args.warnings = validate_args(args)
     for warning in args.warnings:
@@ -86,3 +91,21 @@ def redacted_vars(args: argparse.Namespace) -> dict[str, Any]:
     """``vars(args)`` with every secret dest (``is_secret_dest``) that is set replaced by
     "<redacted>"; for printing plans and config dumps."""
     return {k: "<redacted>" if v is not None and is_secret_dest(k) else v for k, v in vars(args).items()}
+
+
+def startup_refusals(args: argparse.Namespace, cuda_available: bool | None = None) -> list[str]:
+    """Flags this run cannot honor, one line each naming the flag and why: GPU-only features on a
+    machine without CUDA and features not implemented in the requested configuration. Collected
+    from every domain that defines ``startup_refusals(args, cuda_available)``; the entry points
+    refuse to start on any (``--dry-run`` shows the flags in the plan instead).
+    ``cuda_available`` None: ask torch."""
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    refusals: list[str] = []
+    for domain in DOMAINS:
+        check = getattr(domain, "startup_refusals", None)
+        if check is not None:
+            refusals.extend(check(args, cuda_available))
+    return refusals

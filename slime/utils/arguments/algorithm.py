@@ -64,16 +64,34 @@ def _add_correction(group) -> None:
                        "total_lengths=, response_lengths=) -> (pg_loss, masks, metrics); used with --use-tis.")
 
 
+LOSS_MASK_TYPES = ("qwen", "qwen3", "distill_qwen")
+
+
+def _add_sft(group) -> None:
+    """slime's SFT path: --loss-type sft_loss on samples whose loss mask marks the assistant tokens."""
+    group.add_argument("--disable-compute-advantages-and-returns", action="store_true", default=False,
+                       help="Skip the advantage / return computation (and the old-policy log-prob pass, which "
+                       "only the policy loss reads): SFT with --loss-type sft_loss, or a --loss-type "
+                       "custom_loss that needs neither.")
+    group.add_argument("--loss-mask-type", type=str, choices=LOSS_MASK_TYPES, default="qwen",
+                       help="Chat template family of slime.rollout.sft_rollout.generate_rollout, which trains on "
+                       "the assistant turns only. Every choice takes the mask from the tokenizer's own chat "
+                       "template (rendered turn by turn), so any template whose rendering of a conversation "
+                       "extends that of its prefix works; one that rewrites earlier turns is refused naming it.")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the algorithm flags as one argument group."""
     group = parser.add_argument_group("algorithm", "RL objective: advantages, losses, KL, TIS.")
     _add_policy(group)
     _add_correction(group)
+    _add_sft(group)
 
 
 def validate(args: argparse.Namespace) -> list[str]:
     """--eps-clip-high defaults to --eps-clip; --eps-clip-c > 1; --loss-type custom_loss needs
-    --custom-loss-function-path; --tis-clip-low <= --tis-clip."""
+    --custom-loss-function-path; --tis-clip-low <= --tis-clip; --disable-compute-advantages-and-returns
+    only with --loss-type sft_loss / custom_loss, no --custom-advantage-function-path, no ppo."""
     warnings: list[str] = []
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
@@ -91,6 +109,14 @@ def validate(args: argparse.Namespace) -> list[str]:
             f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
     if args.ref_update_interval is not None and not (args.use_kl_loss or args.kl_coef != 0):
         warnings.append("--ref-update-interval without --use-kl-loss / --kl-coef: there is no reference model")
+    if args.disable_compute_advantages_and_returns:
+        require(args.loss_type != "policy_loss" and args.custom_advantage_function_path is None,
+                "--disable-compute-advantages-and-returns leaves no advantages: use it with --loss-type sft_loss "
+                f"or custom_loss, not --loss-type {args.loss_type}"
+                + (" / --custom-advantage-function-path" if args.custom_advantage_function_path else ""))
+        require(args.advantage_estimator != "ppo",
+                "--disable-compute-advantages-and-returns leaves the critic without returns: not with "
+                "--advantage-estimator ppo")
     if (args.use_kl_loss or args.kl_coef != 0) and args.ref_load is None:
         warnings.append("--use-kl-loss / --kl-coef without --ref-load: the reference model starts from --load")
     _validate_routing_replay(args)

@@ -27,12 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "Turning this on also turns on --offload.")
     group.add_argument("--offload", action="store_true", default=False,
                        help="Shorthand for --offload-train --offload-rollout.")
-    group.add_argument("--offload-train", action="store_true", default=False,
+    # slime's BooleanOptionalAction pair: None follows --offload (and --colocate); --no-X keeps it off.
+    group.add_argument("--offload-train", action=argparse.BooleanOptionalAction, default=None,
                        help="Give the trainer's device memory (weights, optimizer state, gradient buffers) back "
-                       "after each weight sync and take it back before training (see docs/architecture.md).")
-    group.add_argument("--offload-rollout", action="store_true", default=False,
+                       "after each weight sync and take it back before training (see docs/architecture.md). "
+                       "Default: on with --offload / --colocate; --no-offload-train keeps the trainer resident.")
+    group.add_argument("--offload-rollout", action=argparse.BooleanOptionalAction, default=None,
                        help="Release the engines' weights, KV cache and CUDA graphs while the trainer trains "
-                       "(SGLang engines start with their memory saver on).")
+                       "(SGLang engines start with their memory saver on). Default: on with --offload / "
+                       "--colocate; --no-offload-rollout keeps the engines' memory.")
     group.add_argument("--gpu-memory-gib", type=float, default=80.0,
                        help="Memory of one GPU in GiB, used by the --dry-run memory plan.")
     group.add_argument("--host-memory-gib", type=float, default=None,
@@ -42,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> list[str]:
     """--colocate is refused by train_async and with more rollout GPUs than trainer GPUs;
     --colocate turns on --offload, which turns on --offload-train and --offload-rollout (the
-    memory hand-over); --rollout-num-gpus defaults to the actor GPUs when
+    memory hand-over) unless given as --no-offload-train / --no-offload-rollout; --rollout-num-gpus defaults to the actor GPUs when
     colocated and is required otherwise (unless --debug-train-only), and must be divisible by
     --rollout-num-gpus-per-engine; memory sizes must be > 0."""
     warnings: list[str] = []
@@ -53,9 +56,9 @@ def validate(args: argparse.Namespace) -> list[str]:
             f"--host-memory-gib must be > 0, got {args.host_memory_gib}")
     if args.colocate:
         args.offload = True
-    if args.offload:
-        args.offload_train = True
-        args.offload_rollout = True
+    for dest in ("offload_train", "offload_rollout"):  # an explicit --X / --no-X wins over --offload
+        if getattr(args, dest) is None:
+            setattr(args, dest, bool(args.offload))
     if args.rollout_num_gpus is None:
         if args.colocate:
             args.rollout_num_gpus = world_size(args)

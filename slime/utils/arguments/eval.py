@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--eval-interval", type=positive_int("--eval-interval"), default=None,
                        help="Evaluate every this many rollouts (None: never).")
     group.add_argument("--eval-prompt-data", type=str, nargs="+", default=None, metavar="NAME PATH",
-                       help="Evaluation sets as NAME PATH pairs: --eval-prompt-data aime a.jsonl gsm8k g.jsonl.")
+                       help="Evaluation sets as NAME PATH pairs: --eval-prompt-data aime a.jsonl gsm8k g.jsonl; "
+                       "a lone PATH is the set named aime, as in slime.")
     group.add_argument("--n-samples-per-eval-prompt", type=positive_int("--n-samples-per-eval-prompt"), default=1,
                        help="Responses sampled per evaluation prompt.")
     group.add_argument("--eval-max-response-len", type=int, default=None,

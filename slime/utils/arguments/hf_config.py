@@ -22,6 +22,15 @@ _INT_FIELDS = (
     ("--moe-router-topk", "moe_router_topk", ("num_experts_per_tok",)),
     ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", ("moe_intermediate_size",)),
 )
+# Multi-latent attention (DeepSeek-V3 family): compared with --multi-latent-attention only, and
+# then --kv-channels is not (MLA has no single head dim; HF's head_dim is the rotary dim).
+_MLA_FIELDS = (
+    ("--q-lora-rank", "q_lora_rank", ("q_lora_rank",)),
+    ("--kv-lora-rank", "kv_lora_rank", ("kv_lora_rank",)),
+    ("--qk-head-dim", "qk_head_dim", ("qk_nope_head_dim",)),
+    ("--qk-pos-emb-head-dim", "qk_pos_emb_head_dim", ("qk_rope_head_dim",)),
+    ("--v-head-dim", "v_head_dim", ("v_head_dim",)),
+)
 _FLOAT_FIELDS = (
     ("--norm-epsilon", "norm_epsilon", ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")),
 )
@@ -93,13 +102,15 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
     """Compare model-shape flags in ``args`` with an HF ``config.json`` dict.
 
     Checks layers, hidden size, heads, query groups, FFN size, head dim, experts, router top-k,
-    MoE FFN size, norm epsilon, rope base and tied embeddings. A flag left at None or a key absent
+    MoE FFN size, norm epsilon, rope base and tied embeddings; with --multi-latent-attention the
+    MLA ranks and head dims instead of the head dim. A flag left at None or a key absent
     from the config is not compared. Returns one message per mismatch, each naming the flag, our
     value and the HF key with its value; an empty list means they agree.
     """
     out: list[str] = []
-    for flag, dest, keys in _INT_FIELDS:
-        if dest in _MOE_ONLY and not _is_moe(args):
+    mla = bool(getattr(args, "multi_latent_attention", False))
+    for flag, dest, keys in _INT_FIELDS + (_MLA_FIELDS if mla else ()):
+        if (dest in _MOE_ONLY and not _is_moe(args)) or (mla and dest == "kv_channels"):
             continue
         key, theirs = _hf_value(hf_config, keys)
         _compare(out, flag, getattr(args, dest, None), key, theirs, lambda a, b: int(a) == int(b))
@@ -115,6 +126,7 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
         key, theirs = _rope_theta(hf_config)
         _compare(out, "--rotary-base", getattr(args, "rotary_base", None), key, theirs,
                  lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
+    _check_model_name(out, args, hf_config)
     if "tie_word_embeddings" in hf_config and hasattr(args, "untie_embeddings_and_output_weights"):
         untied = bool(args.untie_embeddings_and_output_weights)
         if untied == bool(hf_config["tie_word_embeddings"]):
@@ -134,3 +146,16 @@ def _check_query_groups(out: list[str], args: argparse.Namespace, hf_config: dic
     elif int(kv_heads) != int(heads):
         out.append(f"--group-query-attention is not set (query groups = --num-attention-heads {heads}) but HF "
                    f"config num_key_value_heads={kv_heads}")
+
+
+def _check_model_name(out: list[str], args: argparse.Namespace, hf_config: dict) -> None:
+    """--model-name (slime's converter choice) must name the family of the checkpoint's architecture,
+    from which this trainer picks the converter."""
+    from slime.utils.arguments.features import model_family_name
+
+    name, archs = getattr(args, "model_name", None), hf_config.get("architectures") or []
+    if name is None or not archs:
+        return
+    if model_family_name(name) != model_family_name(archs[0]):
+        out.append(f"--model-name {name} names another model family than HF config architectures={archs[0]} "
+                   f"({model_family_name(archs[0])}; the weight converter follows the architecture)")

@@ -166,11 +166,70 @@ def _add_plugins(group) -> None:
         help="fn(args, rollout_id, step_id, model, optimizer, opt_param_scheduler) before each step.")
 
 
+# ---- Model families: multi-latent attention, YaRN rotary scaling, DeepSeek-V3-style routing ----
+# (flag, type, default, help). Megatron-LM's names, dests and defaults (MLATransformerConfig's
+# where Megatron-LM leaves them unset); wired into megatron-core by backends/megatron_utils/config.py.
+_MLA_FLAGS = (
+    ("--q-lora-rank", int, None, "MLA query low-rank dim (None: queries projected directly, no q down/up)."),
+    ("--kv-lora-rank", int, 512, "MLA key/value low-rank (latent) dim."),
+    ("--qk-head-dim", int, 128, "MLA per-head dim of the query/key part without rotary embedding."),
+    ("--qk-pos-emb-head-dim", int, 64, "MLA per-head dim of the rotary query/key part."),
+    ("--v-head-dim", int, 128, "MLA per-head value dim."),
+)
+_ROPE_SCALING_FLAGS = (
+    ("--rotary-scaling-factor", float, 1.0, "YaRN rotary scaling factor (HF rope_scaling.factor)."),
+    ("--mscale", float, 1.0, "YaRN mscale (HF rope_scaling.mscale)."),
+    ("--mscale-all-dim", float, 0.0, "YaRN mscale_all_dim (HF rope_scaling.mscale_all_dim)."),
+    ("--original-max-position-embeddings", int, 4096,
+     "YaRN original context length (HF rope_scaling.original_max_position_embeddings)."),
+    ("--beta-fast", float, 32.0, "YaRN beta_fast (HF rope_scaling.beta_fast)."),
+    ("--beta-slow", float, 1.0, "YaRN beta_slow (HF rope_scaling.beta_slow)."),
+)
+_ROUTER_FAMILY_FLAGS = (
+    ("--moe-router-num-groups", int, None, "Expert groups for group-limited routing (HF n_group)."),
+    ("--moe-router-group-topk", int, None, "Groups each token may route to (HF topk_group)."),
+    ("--moe-router-topk-scaling-factor", float, None,
+     "Scale of the routed experts' weights (HF routed_scaling_factor)."),
+)
+
+
+def _add_model_families(group) -> None:
+    add = group.add_argument
+    add("--multi-latent-attention", action="store_true", default=False,
+        help="Multi-latent attention (DeepSeek-V2/V3, Kimi-K2, Moonlight); shapes from the MLA flags.")
+    add("--rope-type", choices=("rope", "yarn"), default=None,
+        help="Rotary type of MLA (None: yarn when --rotary-scaling-factor != 1, else rope).")
+    for flag, kind, default, help_text in _MLA_FLAGS + _ROPE_SCALING_FLAGS + _ROUTER_FAMILY_FLAGS:
+        add(flag, type=kind, default=default, help=help_text)
+
+
+def _check_model_families(args: argparse.Namespace) -> None:
+    """MLA ranks and head dims positive (and --rope-type resolved); group routing divides the experts
+    and the top-k."""
+    if args.multi_latent_attention:
+        for flag in ("--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"):
+            value = getattr(args, flag[2:].replace("-", "_"))
+            require(value is not None and value > 0, f"{flag} must be > 0 with --multi-latent-attention, got {value}")
+        if args.rope_type is None:
+            args.rope_type = "yarn" if args.rotary_scaling_factor != 1.0 else "rope"
+    groups, group_topk = args.moe_router_num_groups, args.moe_router_group_topk
+    if groups is None and group_topk is None:
+        return
+    require(groups is not None and group_topk is not None,
+            "--moe-router-num-groups and --moe-router-group-topk go together")
+    require(bool(args.num_experts) and args.num_experts % groups == 0,
+            f"--moe-router-num-groups {groups} must divide --num-experts {args.num_experts}")
+    require(0 < group_topk <= groups and args.moe_router_topk % group_topk == 0,
+            f"--moe-router-group-topk {group_topk} must be in 1..--moe-router-num-groups {groups} and divide "
+            f"--moe-router-topk {args.moe_router_topk}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the Megatron-LM flags as one argument group."""
     group = parser.add_argument_group("megatron", "Megatron-LM model, parallel and optimizer flags.")
     _add_model(group)
     _add_moe(group)
+    _add_model_families(group)
     _add_parallel(group)
     _add_optimizer(group)
     _add_plugins(group)
@@ -252,11 +311,15 @@ def validate(args: argparse.Namespace) -> list[str]:
     --moe-layer-freq has --num-layers entries; --num-layers divisible by PP unless uneven stages
     are given; --sequence-parallel with TP 1 is disabled with a warning; TP > 1 with MoE needs
     --sequence-parallel; --bf16/--fp16 and the two warm-up flags exclude each other;
-    --recompute-method needs --recompute-granularity full."""
+    --recompute-method needs --recompute-granularity full; with --multi-latent-attention the MLA head
+    dims are positive and --rope-type defaults to yarn when --rotary-scaling-factor != 1;
+    --moe-router-num-groups and --moe-router-group-topk go together, the groups divide the experts and
+    the group top-k divides --moe-router-topk."""
     warnings: list[str] = []
     _resolve_model(args)
     _check_layout(args)
     _check_layers(args)
+    _check_model_families(args)
     tp = args.tensor_model_parallel_size
     if args.sequence_parallel and tp == 1:
         args.sequence_parallel = False

@@ -12,10 +12,11 @@ launch line, or refused at parse time naming the flag and the release when it ca
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from typing import Any
 
-from slime.utils.arguments.common import require
+from slime.utils.arguments.common import ArgumentError, check_path_exists, require
 from slime.utils.arguments.sglang_fields import (FALLBACK_FILE, PINNED_SGLANG_VERSION, RENAMED_FIELDS,
                                                  fallback_server_arg_fields, live_server_arg_fields,
                                                  renamed_fields, server_arg_fields, server_args_version)
@@ -49,22 +50,51 @@ def passthrough_fields(fields: list[dict]) -> list[dict]:
     return [f for f in fields if f["name"] not in EXCLUDED_FIELDS and f"sglang_{f['name']}" not in _OWN_DESTS]
 
 
-def add_passthrough_flag(group, entry: dict) -> None:
-    """Add ``--sglang-<name>`` (dest ``sglang_<name>``) for one passthrough record to ``group``."""
-    flag, dest = "--sglang-" + entry["name"].replace("_", "-"), "sglang_" + entry["name"]
+def passthrough_flags(entry: dict) -> list[str]:
+    """``--sglang-<name>`` of one passthrough record, then ``--sglang-<alias>`` for each other
+    spelling SGLang's parser accepts (``--sglang-expert-parallel-size``, ``--sglang-ep`` for ep_size)."""
+    own = "--sglang-" + entry["name"].replace("_", "-")
+    aliases = ["--sglang-" + alias[2:] for alias in entry.get("aliases") or []]
+    return [own, *(a for a in dict.fromkeys(aliases) if a != own)]
+
+
+def add_passthrough_flag(group, entry: dict, taken: set[str] = frozenset()) -> None:
+    """Add ``--sglang-<name>`` and its alias spellings (dest ``sglang_<name>``) for one passthrough
+    record to ``group``; an alias spelling in ``taken`` (another option's flag) is left out."""
+    own, *aliases = passthrough_flags(entry)
+    flags = [own, *(a for a in aliases if a not in taken)]
+    dest = "sglang_" + entry["name"]
     kind, default = entry["kind"], entry["default"]
     help_text = f"SGLang {entry['flag']}: {entry.get('help') or entry['name']}."
     if kind == "bool":
-        action = argparse.BooleanOptionalAction if default is True else "store_true"
-        group.add_argument(flag, dest=dest, action=action, default=default, help=help_text)
+        if default is True:  # --X / --no-X pairs; aliases keep SGLang's store_true meaning
+            group.add_argument(own, dest=dest, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            if len(flags) > 1:
+                group.add_argument(*flags[1:], dest=dest, action="store_true", help=argparse.SUPPRESS)
+        else:
+            group.add_argument(*flags, dest=dest, action="store_true", default=default, help=help_text)
     elif kind.startswith("list_"):
         element = {"list_int": int, "list_float": float, "list_str": str}[kind]
-        group.add_argument(flag, dest=dest, type=element, nargs="+", default=default, help=help_text)
+        group.add_argument(*flags, dest=dest, type=element, nargs="+", default=default, help=help_text)
     else:
         # A string default (an expression such as "auto") keeps the value a string.
         scalar = str if isinstance(default, str) else {"int": int, "float": float, "str": str, "json": str}[kind]
-        group.add_argument(flag, dest=dest, type=scalar, choices=entry["choices"] or None,
+        group.add_argument(*flags, dest=dest, type=scalar, choices=entry["choices"] or None,
                            default=default, help=help_text)
+
+
+def _add_deployment(group) -> None:
+    """slime's SGLang config file and PD-disaggregation count (own block: issue 13)."""
+    group.add_argument("--sglang-config", type=str, default=None, metavar="YAML",
+                       help="YAML file of SGLang server options, as SGLang's own --config reads it: keys are "
+                       "option names (any spelling, '-' or '_'), values their values; an option also given "
+                       "as --sglang-<name> on the command line keeps the command-line value. Read at parse "
+                       "time into --sglang-* flags, so the values are validated and shown by --dry-run; "
+                       "framework-controlled options (model path, tp size, ports, ...) are refused.")
+    group.add_argument("--prefill-num-servers", type=int, default=None,
+                       help="slime's PD disaggregation: this many engines run prefill, the rest decode. "
+                       "Validated and shown by --dry-run; refused at start-up (this launcher runs every "
+                       "engine as one mixed pool behind sglang-router).")
 
 
 def _add_own(group) -> None:
@@ -87,17 +117,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add slime's engine and router flags and the --sglang-* passthrough as one argument group."""
     group = parser.add_argument_group("sglang", "SGLang engines (ServerArgs passthrough) and sglang-router.")
     _add_own(group)
+    _add_deployment(group)
     fields = passthrough_fields(server_arg_fields())
+    # Own flags of every option first: an alias spelling never shadows another option's flag.
+    taken = set(parser._option_string_actions) | {passthrough_flags(entry)[0] for entry in fields}  # noqa: SLF001
     for entry in fields:
-        add_passthrough_flag(group, entry)
+        add_passthrough_flag(group, entry, taken)
+        taken.update(passthrough_flags(entry))
     _add_renamed(group, {entry["name"] for entry in fields})
 
 
 def _add_renamed(group, known: set[str]) -> None:
     """An old option name this release lacks stays a slime flag (mapped or refused later)."""
     for old, (new, fate) in RENAMED_FIELDS.items():
-        if old in known:
-            continue
+        if old in known or "--sglang-" + old.replace("_", "-") in group._option_string_actions:  # noqa: SLF001
+            continue  # the release still has it (as an option or an alias spelling)
         group.add_argument("--sglang-" + old.replace("_", "-"), dest="sglang_" + old, type=int, nargs="+",
                            default=None, help=f"SGLang's old --{old.replace('_', '-')} ({fate}): passed as "
                            f"--{' / --'.join(n.replace('_', '-') for n in new)}.")
@@ -140,12 +174,98 @@ def _check_renamed(args: argparse.Namespace) -> None:
                     f"maps the first to the second): give one of them")
 
 
+def _config_keys(fields: list[dict]) -> dict[str, dict]:
+    """{YAML key: record}: every long spelling of every option, with '-' as '_' (SGLang's rule)."""
+    keys = {}
+    for entry in fields:
+        for flag in (entry["flag"], *(entry.get("aliases") or [])):
+            keys[flag[2:].replace("-", "_")] = entry
+        keys[entry["name"]] = entry
+    return keys
+
+
+def _config_words(path: str, key: str, entry: dict, value) -> list[str]:
+    """Command-line words of one YAML item, as SGLang's config merger writes them: a bool is the
+    bare flag (false: none, or --no-X of an option that defaults to true), a list one word per item."""
+    flag = passthrough_flags(entry)[0]
+    if entry["kind"] == "bool":
+        require(isinstance(value, bool), f"--sglang-config {path}: {key} must be true or false, got {value!r}")
+        if value == bool(entry["default"]):
+            return []
+        return [flag] if value else ["--sglang-no-" + flag[len("--sglang-"):]]
+    if isinstance(value, list) and entry["kind"].startswith("list_"):
+        return [flag, *map(str, value)]
+    if entry["kind"] == "json" and not isinstance(value, str):
+        return [flag, json.dumps(value)]
+    return [flag, str(value)]
+
+
+def _read_config(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ArgumentError(f"--sglang-config {path}: cannot read it as YAML ({error})") from error
+    require(isinstance(data, dict), f"--sglang-config {path}: expected a mapping of option: value, "
+            f"got {type(data).__name__}")
+    return data
+
+
+def expand_sglang_config(argv: list[str]) -> list[str]:
+    """`argv` with the items of `--sglang-config YAML` inserted before it as --sglang-* words,
+    SGLang's own merge: a value also given on the command line keeps the command-line one (argparse
+    keeps the last), typed and checked by the flag's own parser entry. Keys must be options of the
+    SGLang release that slime passes through; `--sglang-config` stays in argv (shown by the plan)."""
+    paths = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--sglang-config"]
+    paths += [word.split("=", 1)[1] for word in argv if word.startswith("--sglang-config=")]
+    if not paths:
+        return argv
+    require(len(paths) == 1, f"--sglang-config given {len(paths)} times; SGLang allows one config file")
+    path = paths[0]
+    all_keys = _config_keys(server_arg_fields())
+    keys = _config_keys(passthrough_fields(server_arg_fields()))
+    words: list[str] = []
+    for raw_key, value in _read_config(path).items():
+        key = str(raw_key).replace("-", "_")
+        require(key in all_keys, f"--sglang-config {path}: {raw_key!r} is not an option of sglang "
+                f"{server_args_version()}")
+        require(key in keys, f"--sglang-config {path}: {raw_key!r} is set by slime (model path, tp size, ports, "
+                "seeds, memory saver, ...), not by the config file")
+        words += _config_words(path, str(raw_key), keys[key], value)
+    return words + list(argv)
+
+
+def startup_refusals(args: argparse.Namespace, cuda_available: bool) -> list[str]:
+    """--prefill-num-servers: PD disaggregation is not implemented by this launcher."""
+    if args.prefill_num_servers is None:
+        return []
+    return [f"--prefill-num-servers {args.prefill_num_servers}: PD disaggregation (prefill and decode engines "
+            "behind a PD router) is not implemented; this launcher runs every engine as one mixed pool behind "
+            "sglang-router, drop the flag"]
+
+
+def _check_prefill(args: argparse.Namespace) -> None:
+    count = args.prefill_num_servers
+    if count is None:
+        return
+    engines = (args.rollout_num_gpus or 0) // args.rollout_num_gpus_per_engine
+    require(count >= 1, f"--prefill-num-servers must be >= 1, got {count}")
+    require(count < engines, f"--prefill-num-servers {count} leaves no decode engine: --rollout-num-gpus "
+            f"{args.rollout_num_gpus} / --rollout-num-gpus-per-engine {args.rollout_num_gpus_per_engine} = "
+            f"{engines} engine(s)")
+
+
 def validate(args: argparse.Namespace) -> list[str]:
-    """--rollout-num-gpus-per-engine divisible by --sglang-pp-size (engine tp = the quotient);
+    """--prefill-num-servers >= 1 leaves at least one decode engine; --rollout-num-gpus-per-engine divisible by --sglang-pp-size (engine tp = the quotient);
     --sglang-dp-size > 1 needs --sglang-enable-dp-attention and must divide engine tp, as must
     --sglang-ep-size; --sglang-server-concurrency >= 1; --sglang-router-port a valid port;
     --engine-start-timeout > 0; a renamed option (RENAMED_FIELDS) maps onto this release."""
     warnings: list[str] = []
+    if args.sglang_config:  # its items were merged into argv by `expand_sglang_config`
+        check_path_exists(args, "--sglang-config", args.sglang_config, warnings)
+    _check_prefill(args)
     pp, dp, ep = (getattr(args, f"sglang_{name}_size", 1) or 1 for name in ("pp", "dp", "ep"))
     per_engine = args.rollout_num_gpus_per_engine
     require(per_engine % pp == 0,

@@ -3,7 +3,8 @@
 One record per option of ``python -m sglang.launch_server``: ``name`` (the ServerArgs field, the
 option's argparse dest), ``flag`` (the option string our launcher writes), ``kind`` (bool, int,
 float, str, list_int, list_float, list_str, json), ``choices``, ``default`` (JSON-able, else None
-with ``default_source``) and ``help``.
+with ``default_source``), ``help`` and ``aliases`` (SGLang's other long spellings of the option,
+e.g. ``--expert-parallel-size`` and ``--ep`` for ``--ep-size``, each also a ``--sglang-*`` flag).
 
 The records are read from SGLang's own argument parser (``ServerArgs.add_cli_args``), which is
 the truth of what its command line accepts in every release: up to 0.5.15 ServerArgs is a
@@ -56,6 +57,11 @@ def _short_help(text: str | None) -> str:
     return first if len(first) <= _HELP_CHARS else first[:_HELP_CHARS - 3] + "..."
 
 
+def _negation(action: argparse.Action, option: str) -> bool:
+    """Whether `option` is the --no-X half of a BooleanOptionalAction (not an alias)."""
+    return isinstance(action, argparse.BooleanOptionalAction) and option.startswith("--no-")
+
+
 def action_entry(action: argparse.Action) -> dict:
     """The table record of one option of SGLang's parser (see the module docstring)."""
     long_flags = [s for s in action.option_strings if s.startswith("--")]
@@ -67,7 +73,8 @@ def action_entry(action: argparse.Action) -> dict:
         default = bool(default) if default is not None else False
     entry = {"name": action.dest, "flag": flag, "kind": kind,
              "choices": sorted(map(str, action.choices)) if action.choices else None,
-             "default": default, "help": _short_help(action.help)}
+             "default": default, "help": _short_help(action.help),
+             "aliases": [s for s in long_flags if s != flag and not _negation(action, s)]}
     if isinstance(default, (tuple, set, frozenset)):
         entry["default"] = sorted(default) if isinstance(default, (set, frozenset)) else list(default)
     try:
@@ -88,8 +95,18 @@ def entries_from_parser(parser: argparse.ArgumentParser) -> list[dict]:
         kept = by_dest.get(entry["name"])
         if kept is None or (kept["flag"] != "--" + kept["name"].replace("_", "-")
                             and entry["flag"] == "--" + entry["name"].replace("_", "-")):
+            if kept is not None and kept["kind"] == entry["kind"]:
+                entry["aliases"] = _merged(entry, kept)
             by_dest[entry["name"]] = entry
+        elif kept["kind"] == entry["kind"]:  # another spelling of the same option
+            kept["aliases"] = _merged(kept, entry)
     return list(by_dest.values())
+
+
+def _merged(entry: dict, other: dict) -> list[str]:
+    """`entry`'s aliases plus every spelling of `other` (same dest and kind) but entry's flag."""
+    spellings = entry["aliases"] + [other["flag"], *other["aliases"]]
+    return [s for s in dict.fromkeys(spellings) if s != entry["flag"]]
 
 
 def sglang_parser(server_args_module) -> argparse.ArgumentParser:

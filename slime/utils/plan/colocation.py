@@ -59,13 +59,24 @@ def colocated_timeline(args: Namespace, trainer: TrainerMemory, engine: EngineMe
     trainer_context = int(sum(RESERVE_GIB.values()) * GIB)
     residue = int(COLOCATED_ENGINE_RESIDUE_GIB * GIB)
     weights = trainer.parts["weights"]
-    sync = {"trainer weights": weights, "sync buckets": _sync_buffers(args, engine),
-            "engine weights": engine.weights}
-    sync["allocator fragmentation"] = int(FRAGMENTATION * sum(sync.values()))
-    sync |= {"trainer context + NCCL": trainer_context, "engine residue": residue}
-    rollout = {"trainer context + NCCL": trainer_context,
-               "engine static pool (weights + KV)": engine.reserved,
-               "engine CUDA graphs + activations": int(ENGINE_RUNTIME_GIB * GIB)}
-    return [Phase("train (engines released)", dict(trainer.parts), budget),
-            Phase("weight sync (trainer optimizer + grads offloaded)", sync, budget),
-            Phase("rollout (trainer offloaded)", rollout, budget)]
+    engine_running = {"engine static pool (weights + KV)": engine.reserved,
+                      "engine CUDA graphs + activations": int(ENGINE_RUNTIME_GIB * GIB)}
+    # --no-offload-train keeps the whole trainer resident; --no-offload-rollout keeps the engine's.
+    offload_train, offload_rollout = getattr(args, "offload_train", True), getattr(args, "offload_rollout", True)
+    resident_trainer = {f"trainer {name} (--no-offload-train)": b for name, b in trainer.parts.items()}
+    train = dict(trainer.parts)
+    if not offload_rollout:
+        train |= {f"{name} (--no-offload-rollout)": b for name, b in engine_running.items()}
+    if offload_train:
+        sync = {"trainer weights": weights, "sync buckets": _sync_buffers(args, engine), "engine weights": engine.weights}
+        sync["allocator fragmentation"] = int(FRAGMENTATION * sum(sync.values()))
+        sync |= {"trainer context + NCCL": trainer_context, "engine residue": residue}
+        rollout = {"trainer context + NCCL": trainer_context} | engine_running
+    else:
+        sync = resident_trainer | {"sync buckets": _sync_buffers(args, engine), "engine weights": engine.weights,
+                                   "engine residue": residue}
+        rollout = resident_trainer | engine_running
+    return [Phase("train (engines released)" if offload_rollout else "train (engines resident)", train, budget),
+            Phase("weight sync (trainer optimizer + grads offloaded)" if offload_train
+                  else "weight sync (trainer resident)", sync, budget),
+            Phase("rollout (trainer offloaded)" if offload_train else "rollout (trainer resident)", rollout, budget)]

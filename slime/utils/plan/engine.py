@@ -81,4 +81,6 @@ def engine_memory(args: Namespace, s: ModelShape, engine: Engine) -> EngineMemor
     kv_heads = max(1.0, s.num_kv_groups / attn_tp)
     pp = max(1, len(engine.gpus) // engine.tp)
     per_token = int(2 * (s.num_layers / pp) * kv_heads * s.head_dim * kv_elem)
+    if s.mla is not None:  # SGLang caches MLA's latent and rotary key, one head, every rank the same
+        per_token = int((s.num_layers / pp) * (s.mla.kv_lora_rank + s.mla.qk_pos_emb_head_dim) * kv_elem)
     return EngineMemory(fraction, reserved, "fp8" if fp8 else "bf16", weights, per_token, attn_tp)

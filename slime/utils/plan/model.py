@@ -10,11 +10,25 @@ from __future__ import annotations
 
 from argparse import Namespace
 from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    """Multi-latent attention dims (``--q-lora-rank`` None: queries projected directly)."""
+
+    q_lora_rank: Optional[int]
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_emb_head_dim: int
+    v_head_dim: int
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The decoder's shape. ``moe_layers[i]`` is True when layer ``i`` has an MoE MLP."""
+    """The decoder's shape. ``moe_layers[i]`` is True when layer ``i`` has an MoE MLP. With
+    ``mla`` (multi-latent attention) ``num_kv_groups`` is the head count and ``head_dim`` the
+    query/key head dim (MLA expands keys and values per head)."""
 
     num_layers: int
     hidden: int
@@ -35,6 +49,8 @@ class ModelShape:
     moe_layers: tuple[bool, ...]
     shared_expert_ffn: int
     shared_expert_gate: bool
+    output_gate: bool = False  # --attention-output-gate: linear_qkv also yields a gate per query channel
+    mla: Optional[MLAShape] = None
 
 
 @dataclass(frozen=True)
@@ -93,13 +109,14 @@ def shape_from_args(args: Namespace) -> ModelShape:
     hidden, heads = args.hidden_size, args.num_attention_heads
     swiglu = bool(getattr(args, "swiglu", False))
     num_experts = getattr(args, "num_experts", None) or 0
+    mla = _mla_from_args(args)
     return ModelShape(
         num_layers=args.num_layers,
         hidden=hidden,
         ffn_hidden=getattr(args, "ffn_hidden_size", None) or _default_ffn(hidden, swiglu),
         num_heads=heads,
-        num_kv_groups=getattr(args, "num_query_groups", None) or heads,
-        head_dim=getattr(args, "kv_channels", None) or hidden // heads,
+        num_kv_groups=heads if mla else getattr(args, "num_query_groups", None) or heads,
+        head_dim=mla.qk_head_dim + mla.qk_pos_emb_head_dim if mla else getattr(args, "kv_channels", None) or hidden // heads,
         vocab=args.vocab_size,
         untied=bool(getattr(args, "untie_embeddings_and_output_weights", False)),
         swiglu=swiglu,
@@ -113,7 +130,18 @@ def shape_from_args(args: Namespace) -> ModelShape:
         moe_layers=_moe_layer_pattern(getattr(args, "moe_layer_freq", 1), args.num_layers, num_experts),
         shared_expert_ffn=getattr(args, "moe_shared_expert_intermediate_size", None) or 0,
         shared_expert_gate=bool(getattr(args, "moe_shared_expert_gate", False)),
+        output_gate=bool(getattr(args, "attention_output_gate", False)),
+        mla=mla,
     )
+
+
+def _mla_from_args(args: Namespace) -> Optional[MLAShape]:
+    """The MLA dims of ``--multi-latent-attention`` (Megatron-LM's defaults for unset ones), else None."""
+    if not getattr(args, "multi_latent_attention", False):
+        return None
+    get = lambda name, default: getattr(args, name, None) or default  # noqa: E731
+    return MLAShape(getattr(args, "q_lora_rank", None), get("kv_lora_rank", 512), get("qk_head_dim", 128),
+                    get("qk_pos_emb_head_dim", 64), get("v_head_dim", 128))
 
 
 def _mlp_params(s: ModelShape, ffn: int) -> int:
@@ -123,13 +151,36 @@ def _mlp_params(s: ModelShape, ffn: int) -> int:
     return s.hidden * fc1_out + ffn * s.hidden + bias
 
 
+def mla_params(s: ModelShape) -> ParamSplit:
+    """One multi-latent attention block: q down (h x q_lora) + q norm + q up (q_lora x a*(qk+rope)),
+    or q (h x a*(qk+rope)); kv down (h x (kv_lora+rope)) + kv norm + kv up (kv_lora x a*(qk+v));
+    o (a*v x h); input norm. The down projections count as replicated (both layer specs hold them
+    whole on every TP rank)."""
+    m, a, h = s.mla, s.num_heads, s.hidden
+    q_out = a * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+    down = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+    norms = (h + m.kv_lora_rank) * s.norm_weights
+    if m.q_lora_rank:
+        down += h * m.q_lora_rank
+        norms += m.q_lora_rank * s.norm_weights
+        linear = m.q_lora_rank * q_out
+    else:
+        linear = h * q_out
+    linear += m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+    return ParamSplit(tp=linear, replicated=norms + down)
+
+
 def attention_params(s: ModelShape) -> ParamSplit:
     """One self-attention block with GQA: q (h x a*d), k and v (h x g*d each), o (a*d x h),
-    its input norm and the optional q/k norms (d each)."""
+    with --attention-output-gate a gate (h x a*d), its input norm and the optional q/k norms (d each);
+    multi-latent attention: ``mla_params``."""
+    if s.mla is not None:
+        return mla_params(s)
     q_dim, kv_dim = s.num_heads * s.head_dim, s.num_kv_groups * s.head_dim
-    linear = s.hidden * q_dim + 2 * s.hidden * kv_dim + q_dim * s.hidden
+    gate = q_dim if s.output_gate else 0  # --attention-output-gate: one more q-sized block of linear_qkv
+    linear = s.hidden * (q_dim + gate) + 2 * s.hidden * kv_dim + q_dim * s.hidden
     if s.linear_bias or s.qkv_bias:
-        linear += q_dim + 2 * kv_dim
+        linear += q_dim + gate + 2 * kv_dim
     if s.linear_bias:
         linear += s.hidden
     norms = s.hidden * s.norm_weights + (2 * s.head_dim * s.norm_weights if s.qk_norm else 0)

@@ -56,6 +56,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     timeline: list[Phase] | None = None  # colocated: one GPU's memory per hand-over phase
     critic: CriticPlan | None = None  # --advantage-estimator ppo
+    features: list[tuple[str, str]] = field(default_factory=list)  # (flag, note): GPU-only / refused / spec
 
     @property
     def fits(self) -> bool:
@@ -75,6 +76,21 @@ def _recompute_text(args: Namespace) -> str:
         return "selective (core attention)"
     method = getattr(args, "recompute_method", None) or "uniform"
     return f"full, {method}, {getattr(args, 'recompute_num_layers', None) or 1} layer(s)"
+
+
+def features_from_args(args: Namespace) -> list[tuple[str, str]]:
+    """(flag, note) rows: the user layer spec, GPU-only features (refused at start-up without
+    CUDA) and flags refused at start-up whatever the machine."""
+    from slime.utils.arguments import startup_refusals
+    from slime.utils.arguments.features import gpu_only_flags
+
+    rows = []
+    if getattr(args, "spec", None):
+        rows.append(("--spec", f"{args.spec[0]}.{args.spec[1]}(args, config, vp_stage) builds the layers"))
+    rows += [(flag, f"GPU only: {need}; refused at start-up without CUDA") for flag, need in gpu_only_flags(args)]
+    rows += [(refusal.split(":", 1)[0], "REFUSED at start-up:" + refusal.split(":", 1)[1])
+             for refusal in startup_refusals(args, cuda_available=True)]
+    return rows
 
 
 def build_plan(args: Namespace) -> Plan:
@@ -102,4 +118,5 @@ def build_plan(args: Namespace) -> Plan:
         warnings=list(getattr(args, "warnings", None) or []),
         timeline=colocated_timeline(args, trainer, engine),
         critic=critic_plan(args, shape, placement.critic_gpus),
+        features=features_from_args(args),
     )

@@ -45,6 +45,13 @@ RECIPES = [
     ("qwen3-30B-A3B-redundant-experts", "run-qwen3-30B-A3B.sh", {"DP_ATTN": "1"}, REDUNDANT_EXPERTS,
      {"tp_size": 24, "ep_size": 24, "dp_size": 8, "nnodes": 3, "ep_num_redundant_experts": 16,
       "enable_eplb": True}),
+    # the DeepSeek-V3 and GLM-4.5 families: engines over several nodes with EP and DP attention
+    ("deepseek-v3", "run-deepseek-v3.sh", {}, [],
+     {"tp_size": 64, "ep_size": 64, "dp_size": 8, "enable_dp_attention": True, "nnodes": 8}),
+    ("kimi-k2", "run-kimi-k2.sh", {}, [], {"tp_size": 64, "ep_size": 64, "dp_size": 8, "nnodes": 8}),
+    ("moonlight-16B-A3B", "run-moonlight-16B-A3B.sh", {}, [], {"tp_size": 8, "ep_size": 8, "dp_size": 8}),
+    ("glm4.5-355B-A32B", "run-glm4.5-355B-A32B.sh", {}, [], {"tp_size": 32, "ep_size": 32, "dp_size": 8, "nnodes": 4}),
+    ("glm4.5-106B-A12B", "run-glm4.5-106B-A12B.sh", {}, [], {"tp_size": 8, "ep_size": 8, "dp_size": 8}),
 ]
 
 
@@ -148,3 +155,11 @@ def test_passthrough_lists_the_release_under_test(sglang_version):
 
     assert server_args_version() == sglang_version
     assert live_server_arg_fields() is not None
+
+
+def test_sglang_alias_spelling_reaches_the_engine(tmp_path, sglang_version):
+    """Every spelling SGLang's parser accepts is a --sglang-* flag (issue 13): slime recipes pass
+    --sglang-expert-parallel-size, SGLang's alias of --ep-size, and the engine gets ep_size."""
+    argv = recipe_argv(tmp_path, "run-qwen3-30B-A3B.sh", {}, []) + ["--sglang-expert-parallel-size", "4"]
+    for words, server_args in parsed_launch_lines(argv):
+        assert server_args.ep_size == 4, words

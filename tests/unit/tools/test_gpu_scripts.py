@@ -169,7 +169,7 @@ def test_docs_name_real_flags_and_files(repo_root):
         known |= {s for action in build_parser(entry)._actions for s in action.option_strings}
     for tool in ("convert_torch_dist_to_hf.py", "plot_metrics.py", "make_tiny_model.py"):
         known |= _tool_flags(repo_root, tool)
-    for doc in ("quick-start.md", "gpu-guide.md", "architecture.md"):
+    for doc in ("quick-start.md", "gpu-guide.md", "architecture.md", "adding-a-model.md"):
         text = (repo_root / "docs" / doc).read_text()
         assert not set(re.findall(FLAG_RE, text)) - known, f"docs/{doc}: unknown flags {set(re.findall(FLAG_RE, text)) - known}"
         paths = set(re.findall(r"\b((?:scripts|tools|slime|docs|tests)/[\w./-]*\w/?)", text))

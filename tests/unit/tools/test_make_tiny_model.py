@@ -15,7 +15,7 @@ def _digest(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("variant", ["moe", "dense"])
+@pytest.mark.parametrize("variant", ["moe", "dense", "deepseek_v3", "glm4_moe"])
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path, variant):
     a = _digest(tiny.make_tiny_model(tmp_path / "a", variant=variant, seed=0))
     b = _digest(tiny.make_tiny_model(tmp_path / "b", variant=variant, seed=0))
@@ -27,7 +27,10 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path, variant):
     assert a["config.json"] == c["config.json"]
 
 
-@pytest.mark.parametrize("fixture, arch", [("tiny_moe_hf", "Qwen3MoeForCausalLM"), ("tiny_dense_hf", "Qwen3ForCausalLM")])
+@pytest.mark.parametrize("fixture, arch", [
+    ("tiny_moe_hf", "Qwen3MoeForCausalLM"), ("tiny_dense_hf", "Qwen3ForCausalLM"),
+    ("tiny_deepseek_v3_hf", "DeepseekV3ForCausalLM"), ("tiny_glm4_moe_hf", "Glm4MoeForCausalLM"),
+])
 def test_transformers_loads_every_weight(request, fixture, arch):
     from transformers import AutoModelForCausalLM
 

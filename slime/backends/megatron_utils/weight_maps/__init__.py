@@ -8,7 +8,7 @@ are exact: an unknown architecture raises an error listing the supported ones.
 from dataclasses import dataclass
 from typing import Callable
 
-from slime.backends.megatron_utils.weight_maps import qwen3
+from slime.backends.megatron_utils.weight_maps import deepseek_v3, glm4_moe, qwen3
 from slime.backends.megatron_utils.weight_maps.base import (
     MegatronLayout,
     ShardContext,
@@ -31,6 +31,10 @@ class ModelFamily:
 WEIGHT_MAPS = {
     "Qwen3ForCausalLM": ModelFamily(qwen3.build_weight_map, qwen3.megatron_args),
     "Qwen3MoeForCausalLM": ModelFamily(qwen3.build_weight_map, qwen3.megatron_args),
+    # DeepSeek-V3 / R1, Kimi-K2 and Moonlight all declare DeepseekV3ForCausalLM
+    "DeepseekV3ForCausalLM": ModelFamily(deepseek_v3.build_weight_map, deepseek_v3.megatron_args),
+    # GLM-4.5, GLM-4.5-Air, GLM-4.6 and GLM-4.7
+    "Glm4MoeForCausalLM": ModelFamily(glm4_moe.build_weight_map, glm4_moe.megatron_args),
 }
 
 

@@ -22,6 +22,8 @@ def model_args(script: str) -> list:
 
 TINY_DENSE_ARGS = model_args("qwen3-tiny.sh")
 TINY_MOE_ARGS = model_args("qwen3-tiny-moe.sh")
+TINY_DEEPSEEK_V3_ARGS = model_args("deepseek-v3-tiny.sh")
+TINY_GLM4_MOE_ARGS = model_args("glm4.5-tiny.sh")
 
 
 def run_tool(args, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:

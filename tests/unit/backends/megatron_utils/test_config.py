@@ -189,3 +189,61 @@ def test_fusions_on_gpu_default_on_and_each_no_flag_turns_one_off(monkeypatch, k
                         ("gradient_accumulation_fusion", "gradient_accumulation_fusion")):
         off = config._fusion_fields(_args(base, **{dest: False}))
         assert off == {**defaults, field: False}, dest
+
+
+def test_recipe_feature_flags_reach_transformer_config():
+    """Issue 13: the model-variant flags megatron-core has land on TransformerConfig."""
+    cfg = transformer_config_from_args(_args(
+        TINY_MOE, moe_shared_expert_intermediate_size=32, rotary_interleaved=True, attention_output_gate=True,
+        apply_layernorm_1p=True, moe_shared_expert_gate=True, deterministic_mode=True))
+    assert cfg.rotary_interleaved and cfg.attention_output_gate and cfg.layernorm_zero_centered_gamma
+    assert cfg.moe_shared_expert_gate and cfg.deterministic_mode
+    dense = transformer_config_from_args(_args(TINY_DENSE, moe_shared_expert_gate=True))
+    assert dense.moe_shared_expert_gate is False  # an MoE-only field, dropped for dense models
+
+
+def test_gpu_feature_fields_and_nan_check():
+    from slime.backends.megatron_utils.config import _gpu_feature_fields
+
+    assert _gpu_feature_fields(_args(TINY_MOE, fp8_format="hybrid", fp8_recipe="blockwise", moe_enable_deepep=True)) == {
+        "fp8": "hybrid", "fp8_recipe": "blockwise", "moe_flex_dispatcher_backend": "deepep"}
+    assert _gpu_feature_fields(_args(TINY_DENSE)) == {}
+    assert ddp_config_from_args(_args(TINY_DENSE, check_for_nan_in_loss_and_grad=True)).check_for_nan_in_grad
+    assert not ddp_config_from_args(_args(TINY_DENSE, check_for_nan_in_loss_and_grad=False)).check_for_nan_in_grad
+
+
+def test_family_configs_from_the_tiny_scripts():
+    """MLA (MLATransformerConfig with YaRN), group-limited sigmoid routing with expert bias and
+    shared experts reach megatron-core's config; GLM-4.5's partial rotary and QKV bias too."""
+    from megatron.core.transformer import MLATransformerConfig
+
+    ds = transformer_config_from_args(_parse_script_args("deepseek-v3-tiny.sh", []))
+    assert isinstance(ds, MLATransformerConfig) and ds.multi_latent_attention
+    assert (ds.q_lora_rank, ds.kv_lora_rank, ds.qk_head_dim, ds.qk_pos_emb_head_dim, ds.v_head_dim) == (32, 32, 16, 8, 16)
+    assert ds.rope_type == "yarn" and ds.rotary_scaling_factor == 4.0 and ds.original_max_position_embeddings == 128
+    assert ds.mscale == 1.0 and ds.mscale_all_dim == 1.0 and ds.beta_fast == 32.0 and ds.rotary_base == 10000.0
+    assert ds.moe_router_score_function == "sigmoid" and ds.moe_router_enable_expert_bias
+    assert ds.moe_router_num_groups == 4 and ds.moe_router_group_topk == 1
+    assert ds.moe_router_topk_scaling_factor == 2.5 and ds.moe_router_bias_update_rate == 0.0
+    assert ds.moe_shared_expert_intermediate_size == 32 and ds.moe_layer_freq == [0, 1]
+    moonlight = _parse_script_args("moonlight-16B-A3B.sh", [])
+    moonlight.moe_permute_fusion, moonlight.moe_grouped_gemm = False, False
+    plain = transformer_config_from_args(moonlight)
+    assert plain.q_lora_rank is None and plain.rope_type == "rope"
+    glm = transformer_config_from_args(_parse_script_args("glm4.5-tiny.sh", []))
+    assert not glm.multi_latent_attention and glm.add_qkv_bias and glm.qk_layernorm
+    assert glm.moe_router_enable_expert_bias and glm.moe_router_num_groups is None
+
+
+@pytest.mark.parametrize("script, extra, message", [
+    ("glm4.5-tiny.sh", ["--moe-router-num-groups", "4"], "go together"),
+    ("glm4.5-tiny.sh", ["--moe-router-num-groups", "3", "--moe-router-group-topk", "1"], "must divide --num-experts 8"),
+    ("glm4.5-tiny.sh", ["--moe-router-num-groups", "4", "--moe-router-group-topk", "3"],
+     "must be in 1..--moe-router-num-groups"),
+    ("deepseek-v3-tiny.sh", ["--kv-lora-rank", "0"], "--kv-lora-rank must be > 0"),
+])
+def test_family_flag_validation_names_the_flag(script, extra, message):
+    from slime.utils.arguments.common import ArgumentError
+
+    with pytest.raises(ArgumentError, match=message):
+        _parse_script_args(script, extra)

@@ -44,6 +44,22 @@ def test_varlen_attention_equals_each_segment_alone():
     assert (row[LENGTHS[0]:] - want[LENGTHS[0]:]).abs().max() > 1e-2
 
 
+def test_varlen_attention_value_heads_narrower_than_query_key():
+    """Multi-latent attention: query/key heads of 12, value heads of 8 (DeepSeek-V3: 192 / 128)."""
+    q, k, _ = _qkv(sum(LENGTHS))
+    q, k = torch.cat([q, q[..., :4]], -1), torch.cat([k, k[..., :4]], -1)
+    v = torch.randn(k.shape[0], k.shape[1], 8, generator=torch.Generator().manual_seed(3))
+    got = varlen_causal_attention(q, k, v, _cu(LENGTHS), scale=1 / math.sqrt(12))
+    assert got.shape == (q.shape[0], q.shape[1], 8)
+    outs, start = [], 0
+    for n in LENGTHS:
+        seg = [x[start:start + n].transpose(0, 1) for x in (q, k, v)]
+        outs.append(F.scaled_dot_product_attention(*seg, is_causal=True, enable_gqa=True,
+                                                   scale=1 / math.sqrt(12)).transpose(0, 1))
+        start += n
+    assert torch.allclose(got, torch.cat(outs), atol=1e-6)
+
+
 def test_varlen_attention_gradients_match():
     q, k, v = (x.requires_grad_() for x in _qkv(sum(LENGTHS), seed=1))
     varlen_causal_attention(q, k, v, _cu(LENGTHS), scale=1 / math.sqrt(8)).square().sum().backward()

@@ -107,3 +107,40 @@ def test_log_probs_and_entropy_match_softmax():
 def test_bad_response_length_is_named():
     with pytest.raises(ValueError, match="response length 3"):
         pack_sequences([[1, 2, 3]], response_lengths=[3])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_chunked_log_probs_equal_the_whole(chunk):
+    """--log-probs-chunk-size: the same values and gradients, a chunk of tokens at a time (padded
+    vocabulary columns excluded as in the whole computation)."""
+    from slime.backends.megatron_utils.logprobs import chunked_log_probs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 12, generator=g, requires_grad=True)
+    targets = torch.randint(0, 10, (7,), generator=g)
+    kw = dict(temperature=0.7, with_entropy=True, vocab_size=10)
+    whole_lp, whole_ent = vocab_parallel_log_probs(logits, targets, **kw)
+    (whole_grad,) = torch.autograd.grad((whole_lp + whole_ent).sum(), logits)
+    lp, ent = chunked_log_probs(logits, targets, chunk, **kw)
+    (grad,) = torch.autograd.grad((lp + ent).sum(), logits)
+    torch.testing.assert_close((lp, ent, grad), (whole_lp, whole_ent, whole_grad))
+    lp, ent = chunked_log_probs(logits, targets, chunk, temperature=1.0)
+    assert ent is None and lp.shape == (7,)
+
+
+def test_non_finite_training_loss_stops_unless_disabled():
+    """Megatron-LM's check_for_nan_in_loss_and_grad (on by default): a NaN loss raises naming the
+    samples and the flag; --no-check-for-nan-in-loss-and-grad lets it through."""
+    from slime.backends.megatron_utils.train_step import MicroBatch, train_loss_fn
+
+    mb = MicroBatch(packed=pack_sequences([[1, 2, 3, 4], [5, 6, 7]], response_lengths=[2, 1], sample_ids=[4, 9]))
+    logits = torch.randn(1, 7, 10)
+
+    def nan_loss(mb, log_probs, entropy, logits):
+        return log_probs.sum() * float("nan"), {}
+
+    kw = dict(compute_loss=nan_loss, scale=1.0, tp_group=None, temperature=1.0, with_entropy=False)
+    with pytest.raises(RuntimeError, match=r"training loss is nan for samples \[4, 9\].*--no-check-for-nan"):
+        train_loss_fn(mb, logits, check_finite=True, **kw)
+    loss, _ = train_loss_fn(mb, logits, check_finite=False, **kw)
+    assert loss.isnan()

@@ -32,3 +32,14 @@ def test_bf16_input_keeps_dtype():
 def test_layer_norm_config_is_refused():
     with pytest.raises(ValueError, match="--normalization RMSNorm"):
         SequenceParallelRMSNorm(_config(normalization="LayerNorm"), 8)
+
+
+def test_zero_centered_gamma_scales_by_one_plus_weight():
+    """--apply-layernorm-1p: the weight starts at 0 and the norm scales by 1 + weight."""
+    norm = SequenceParallelRMSNorm(_config(layernorm_zero_centered_gamma=True), hidden_size=8, eps=1e-6)
+    assert torch.equal(norm.weight, torch.zeros(8))
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(-0.5, 0.5, 8))
+    x = torch.randn(3, 2, 8)
+    expected = torch.nn.functional.rms_norm(x, (8,), norm.weight + 1, eps=1e-6)
+    assert torch.allclose(norm(x), expected, atol=1e-6)

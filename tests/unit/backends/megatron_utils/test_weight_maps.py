@@ -37,7 +37,10 @@ def _random_hf(config):
     return {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
 
 
-@pytest.mark.parametrize("variant", ["moe", "dense"])
+VARIANTS = ["moe", "dense", "deepseek_v3", "glm4_moe"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
 def test_hf_megatron_hf_is_identity(variant, layout):
     config = _config(variant, vocab_size=200)  # 200 pads to 256: exercises vocab padding
@@ -87,7 +90,7 @@ def test_gate_up_tp_shard_holds_slice_of_gate_and_of_up():
     assert tf.split_for_tp("gate_up", fc1, 1, 2).flatten().tolist() == [2, 3, 12, 13]
 
 
-@pytest.mark.parametrize("variant", ["moe", "dense"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_shard_then_gather_is_identity(variant):
     config = _config(variant)
     hf = _random_hf(config)
@@ -143,3 +146,53 @@ def test_unknown_megatron_name_is_a_clear_error():
     wmap = weight_map_for(_config("dense"))
     with pytest.raises(KeyError, match="decoder.layers.0.mlp.router.weight"):
         wmap.hf_names("decoder.layers.0.mlp.router.weight")
+
+
+def test_deepseek_v3_map_and_args():
+    """MLA rows (TE names fuse the latent norms into the up projections), the router's expert bias,
+    the shared expert, the dense first layer; args carry MLA, YaRN and group-limited sigmoid routing."""
+    config = _config("deepseek_v3")
+    wmap = weight_map_for(config)
+    te = set(wmap.megatron_names(MegatronLayout(te_norms=True)))
+    assert "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight" in te
+    assert "decoder.layers.0.self_attention.linear_kv_up_proj.layer_norm_weight" in te
+    assert "decoder.layers.0.mlp.linear_fc1.weight" in te and "decoder.layers.0.mlp.router.weight" not in te
+    assert wmap.hf_names("decoder.layers.1.mlp.router.expert_bias") == ["model.layers.1.mlp.gate.e_score_correction_bias"]
+    assert wmap.hf_names("decoder.layers.1.mlp.shared_experts.linear_fc1.weight") == [
+        "model.layers.1.mlp.shared_experts.gate_proj.weight", "model.layers.1.mlp.shared_experts.up_proj.weight"]
+    assert wmap.split_kind("decoder.layers.0.self_attention.linear_kv_down_proj.weight") == "replicated"
+    args = model_family(config).megatron_args(config)
+    assert args["multi_latent_attention"] and args["q_lora_rank"] == 32 and args["qk_pos_emb_head_dim"] == 8
+    assert args["rope_type"] == "yarn" and args["rotary_scaling_factor"] == 4.0 and args["mscale_all_dim"] == 1.0
+    assert args["moe_layer_freq"] == [0, 1] and args["moe_shared_expert_intermediate_size"] == 32
+    assert args["moe_router_score_function"] == "sigmoid" and args["moe_router_enable_expert_bias"]
+    assert args["moe_router_num_groups"] == 4 and args["moe_router_group_topk"] == 1
+    assert args["moe_router_topk_scaling_factor"] == 2.5
+    no_q_lora = _config("deepseek_v3", q_lora_rank=None)
+    assert "q_lora_rank" not in model_family(no_q_lora).megatron_args(no_q_lora)
+    assert "decoder.layers.0.self_attention.linear_q_proj.weight" in weight_map_for(no_q_lora).megatron_names()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rope_interleave": False}, "rope_interleave=false"),
+    ({"norm_topk_prob": False}, "norm_topk_prob=false"),
+    ({"scoring_func": "softmax"}, "scoring_func='softmax'"),
+    ({"topk_group": 2}, "n_group=4"),
+])
+def test_deepseek_v3_unsupported_configs_are_named(overrides, message):
+    config = _config("deepseek_v3", **overrides)
+    with pytest.raises(ValueError, match=message):
+        model_family(config).megatron_args(config)
+
+
+def test_glm4_moe_map_and_args():
+    config = _config("glm4_moe")
+    wmap = weight_map_for(config)
+    assert wmap.hf_names("decoder.layers.0.self_attention.linear_qkv.bias") == [
+        f"model.layers.0.self_attn.{p}_proj.bias" for p in "qkv"]
+    args = model_family(config).megatron_args(config)
+    assert args["rotary_percent"] == 0.5 and args["add_qkv_bias"] and args["qk_layernorm"]
+    assert args["moe_layer_freq"] == [0, 1] and "moe_router_num_groups" not in args
+    no_norm = _config("glm4_moe", use_qk_norm=False)
+    assert not model_family(no_norm).megatron_args(no_norm)["qk_layernorm"]
+    assert "decoder.layers.0.self_attention.q_layernorm.weight" not in weight_map_for(no_norm).megatron_names()

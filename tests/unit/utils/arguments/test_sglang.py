@@ -122,7 +122,7 @@ def test_live_path_reads_the_installed_parser(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     (package / "server_args.py").write_text(
         "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
-        "        parser.add_argument('--tp-size', type=int, default=1, help='tp')\n")
+        "        parser.add_argument('--tp-size', '--tensor-parallel-size', type=int, default=1, help='tp')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     sgf._live.cache_clear()
     try:
@@ -133,11 +133,12 @@ def test_live_path_reads_the_installed_parser(tmp_path, monkeypatch):
         for name in ("sglang.srt.server_args", "sglang.srt", "sglang"):
             sys.modules.pop(name, None)
     assert live == [{"name": "tp_size", "flag": "--tp-size", "kind": "int", "choices": None, "default": 1,
-                     "help": "tp"}]
+                     "help": "tp", "aliases": ["--tensor-parallel-size"]}]
 
 
 def _comparable(fields):
-    return {f["name"]: (f["flag"], f["kind"], f["choices"], None if "default_source" in f else f["default"])
+    return {f["name"]: (f["flag"], f["kind"], f["choices"], None if "default_source" in f else f["default"],
+                        f.get("aliases"))
             for f in fields}
 
 
@@ -150,3 +151,58 @@ def test_fallback_matches_installed_sglang():
     if sg.server_args_version() != sg.PINNED_SGLANG_VERSION:
         pytest.skip(f"installed sglang {sg.server_args_version()} is not the pinned {sg.PINNED_SGLANG_VERSION}")
     assert _comparable(live) == _comparable(sg.fallback_server_arg_fields())
+
+
+# --- issue 13: SGLang's alias spellings, --sglang-config, --prefill-num-servers -----------------
+
+def test_every_alias_spelling_of_sglang_is_a_passthrough_flag(base_argv):
+    """SGLang 0.5.23 spells --ep-size also --expert-parallel-size and --ep: each reaches ep_size."""
+    aliases = {f["name"]: f["aliases"] for f in sg.fallback_server_arg_fields()}
+    assert aliases["ep_size"] == ["--expert-parallel-size", "--ep"]
+    assert aliases["enable_dp_attention"] == []  # a --no-X half of a boolean pair is not an alias
+    for flag in ("--sglang-ep-size", "--sglang-expert-parallel-size", "--sglang-ep"):
+        args = parse_args(base_argv + ["--rollout-num-gpus-per-engine", "2", flag, "2"])
+        assert args.sglang_ep_size == 2 and sg.sglang_overrides(args)["ep_size"] == 2
+    parser_flags = build_parser()._option_string_actions
+    for entry in sg.passthrough_fields(sg.fallback_server_arg_fields()):
+        for alias in entry["aliases"]:
+            assert parser_flags["--sglang-" + alias[2:]].dest == "sglang_" + entry["name"], alias
+
+
+def test_sglang_config_merges_under_the_command_line(base_argv, tmp_path):
+    """SGLang's --config precedence: command line > config file > defaults; any spelling as key."""
+    config = tmp_path / "sglang.yaml"
+    config.write_text("mem-fraction-static: 0.6\nexpert_parallel_size: 2\nenable_eplb: true\n"
+                      "cuda_graph_bs_decode: [1, 2]\n")
+    argv = base_argv + ["--rollout-num-gpus-per-engine", "2", "--sglang-config", str(config)]
+    args = parse_args(argv)
+    assert (args.sglang_mem_fraction_static, args.sglang_ep_size, args.sglang_enable_eplb) == (0.6, 2, True)
+    assert args.sglang_cuda_graph_bs_decode == [1, 2]
+    args = parse_args(argv + ["--sglang-ep-size", "1", "--sglang-mem-fraction-static", "0.5"])
+    assert (args.sglang_mem_fraction_static, args.sglang_ep_size) == (0.5, 1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("no_such_option: 1\n", "'no_such_option' is not an option of sglang"),
+    ("tp_size: 4\n", "'tp_size' is set by slime"),
+    ("enable_eplb: 3\n", "enable_eplb must be true or false"),
+    ("- a\n", "expected a mapping"),
+])
+def test_sglang_config_refuses_bad_items_naming_file_and_key(base_argv, tmp_path, text, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(ArgumentError, match=message) as error:
+        parse_args(base_argv + ["--sglang-config", str(config)])
+    assert str(config) in str(error.value)
+
+
+def test_prefill_num_servers_is_validated_then_refused_at_start_up(base_argv):
+    from slime.utils.arguments import startup_refusals
+
+    argv = base_argv + ["--prefill-num-servers", "1"]  # 2 GPUs, 1 per engine: 2 engines
+    args = parse_args(argv)
+    assert startup_refusals(args, cuda_available=True) == [
+        "--prefill-num-servers 1: PD disaggregation (prefill and decode engines behind a PD router) is not "
+        "implemented; this launcher runs every engine as one mixed pool behind sglang-router, drop the flag"]
+    with pytest.raises(ArgumentError, match="leaves no decode engine"):
+        parse_args(base_argv + ["--prefill-num-servers", "2"])

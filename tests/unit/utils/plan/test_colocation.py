@@ -48,3 +48,17 @@ def test_no_timeline_when_disaggregated(qwen3_args):
     plan = build_plan(qwen3_args(drop=["--colocate"], extra=["--rollout-num-gpus", "8"]))
     assert plan.timeline is None
     assert "none (not colocated)" in render_plan(plan)
+
+
+def test_no_offload_flags_keep_memory_resident_in_the_timeline(qwen3_args):
+    """--colocate --no-offload-train: the trainer's weights, optimizer and grads stay on the GPU
+    through sync and rollout; --no-offload-rollout: the engine's pool stays through training."""
+    offloaded = _phases(build_plan(qwen3_args()))
+    plan = build_plan(qwen3_args(extra=["--no-offload-train", "--no-offload-rollout"]))
+    phases = _phases(plan)
+    trainer = plan.trainer.total
+    assert phases["rollout"].total == pytest.approx(offloaded["rollout"].total - 2.5 * GIB + trainer, abs=1)
+    assert phases["train"].total == pytest.approx(trainer + (56 + 4) * GIB, abs=1)
+    assert not plan.fits  # a 30B trainer and a 0.7 pool do not share 80 GiB without the hand-over
+    assert [p.name for p in plan.timeline] == ["train (engines resident)", "weight sync (trainer resident)",
+                                               "rollout (trainer resident)"]

@@ -67,7 +67,7 @@ _MEGATRON_COUNT = textwrap.dedent("""
         num_query_groups=2, kv_channels=16, normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True,
         activation_func=F.silu, add_bias_linear=False, num_moe_experts=4, moe_ffn_hidden_size=32,
         moe_router_topk=2, moe_shared_expert_intermediate_size=48, use_cpu_initialization=True,
-        moe_token_dispatcher_type="allgather")
+        moe_token_dispatcher_type="allgather", attention_output_gate=True, moe_shared_expert_gate=True)
     spec = get_gpt_layer_local_spec(num_experts=4, qk_layernorm=True, normalization="RMSNorm")
     model = GPTModel(config=moe, transformer_layer_spec=spec, vocab_size=100, max_sequence_length=32,
                      share_embeddings_and_output_weights=False, position_embedding_type="rope")
@@ -87,6 +87,7 @@ def test_counts_match_megatron_gptmodel():
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     moe = _shape(ffn_hidden=96, swiglu=True, norm_weights=1, qk_norm=True, linear_bias=False, untied=True,
-                 num_experts=4, moe_ffn_hidden=32, topk=2, moe_layers=(True, True), shared_expert_ffn=48)
+                 num_experts=4, moe_ffn_hidden=32, topk=2, moe_layers=(True, True), shared_expert_ffn=48,
+                 output_gate=True, shared_expert_gate=True)  # --attention-output-gate, --moe-shared-expert-gate
     assert total_params(moe).total == counts["moe"]
     assert total_params(_shape()).total == counts["dense"]
