@@ -41,7 +41,8 @@ def train(args) -> None:
             metrics |= critic.train(rollout_id, data, actor)
             if schedule.save_after(rollout_id):
                 metrics |= actor.save(rollout_id) | rollout.save(rollout_id) | critic.save(rollout_id)
-            metrics |= actor.sync_weights(rollout, version=rollout_id + 1)
+            if schedule.sync_after(rollout_id):  # every --update-weights-interval rollouts
+                metrics |= actor.sync_weights(rollout, version=rollout_id + 1)
             log.log(rollout_id, metrics)
             metrics = rollout.evaluate(rollout_id + 1) if schedule.eval_after(rollout_id) else {}
         if metrics:

@@ -371,6 +371,11 @@ class Schedule:
         periodic = bool(interval) and (rollout_id + 1) % interval == 0
         return bool(self.args.save) and (periodic or self._last(rollout_id))
 
+    def sync_after(self, rollout_id: int) -> bool:
+        """train.py: push weights every `--update-weights-interval` rollouts and after the last one
+        (the final eval then sees the trained weights)."""
+        return (rollout_id + 1) % self.args.update_weights_interval == 0 or self._last(rollout_id)
+
     def eval_after(self, rollout_id: int) -> bool:
         return evaluates(self.args) and (
             (rollout_id + 1) % self.args.eval_interval == 0 or self._last(rollout_id))

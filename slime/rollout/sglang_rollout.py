@@ -134,6 +134,18 @@ def _maybe_load(path):
     return load_function(path) if path else None
 
 
+def response_budget(args, sample: Sample, max_new_tokens: int) -> int:
+    """New tokens this request may generate: what is left of ``max_new_tokens`` after the response
+    so far (a partial rollout continues), cut so that prompt + response fit
+    ``--rollout-max-context-len`` when it is set (slime: ``min(max_new_tokens, context - len(tokens))``).
+    <= 0 means the sample is already at a limit (it is marked truncated, nothing is sent)."""
+    budget = max_new_tokens - sample.response_length
+    context = getattr(args, "rollout_max_context_len", None)
+    if context is not None:
+        budget = min(budget, context - len(sample.tokens))
+    return budget
+
+
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
     """Generate (or, for a partially generated sample, continue) one response via `/generate`.
 
@@ -147,7 +159,7 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     tokenizer = ctx.tokenizer
     if not sample.tokens:
         sample.tokens = tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
-    budget = sampling_params["max_new_tokens"] - sample.response_length
+    budget = response_budget(args, sample, sampling_params["max_new_tokens"])
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED
         return sample

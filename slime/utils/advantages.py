@@ -199,8 +199,9 @@ def compute_advantages_and_returns(
     The per-token KL penalty (`kl_coef` * compute_approx_kl(log_probs, ref_log_probs,
     kl_loss_type)) is used by reinforce_plus_plus(_baseline) and ppo; it is zero when kl_coef is 0
     or either log-prob list is missing. `values` (critic, [response_len_i] each) are needed by ppo.
-    With `normalize_advantages` the advantages are whitened over masked tokens (this rank only;
-    a data-parallel caller uses masked_moments/whiten_from_moments instead).
+    With `normalize_advantages` the advantages are whitened over the masked tokens of this batch
+    only; the trainer whitens over the data-parallel batch instead (masked_moments all-reduced,
+    then whiten_from_moments).
     """
     _check_estimator(estimator)
     if not (len(loss_masks) == len(response_lengths) == len(total_lengths) == len(rewards)):

@@ -29,6 +29,8 @@ class SinkConfig:
     wandb_mode: str | None = None
     wandb_project: str | None = None
     wandb_group: str | None = None
+    wandb_team: str | None = None
+    wandb_host: str | None = None
     wandb_key: str | None = None
     wandb_dir: str | None = None
     use_tensorboard: bool = False
@@ -114,14 +116,19 @@ def _require(module: str, flag: str, package: str):
 
 
 class WandbSink:
-    """Logs to wandb; `--wandb-mode offline` works without network."""
+    """Logs to wandb; `--wandb-mode offline` works without network. `--wandb-team` is the run's
+    entity, `--wandb-host` the server (wandb's `base_url`); neither the key nor the host is written to
+    disk (no `wandb.login`)."""
 
     def __init__(self, cfg: SinkConfig):
         wandb = self.wandb = _require("wandb", "--use-wandb", "wandb")
-        # an explicit key in the run's settings is used for this process only (no ~/.netrc)
-        settings = wandb.Settings(api_key=cfg.wandb_key) if cfg.wandb_key else None
+        # the key and the server go in this run's settings, for this process only: no wandb.login,
+        # which would write the key to ~/.netrc
+        overrides = {k: v for k, v in (("api_key", cfg.wandb_key), ("base_url", cfg.wandb_host)) if v}
+        settings = wandb.Settings(**overrides) if overrides else None
         self.run = wandb.init(
             project=cfg.wandb_project or "slime",
+            entity=cfg.wandb_team,
             group=cfg.wandb_group,
             mode=cfg.wandb_mode or "online",
             dir=cfg.wandb_dir,

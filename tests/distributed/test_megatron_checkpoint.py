@@ -1,5 +1,6 @@
 """Trainer checkpoints on gloo: resume gives the uninterrupted run's next step, RNG states round
-trip, the Megatron-LM layout, --no-save-optim, and an EP=2 save (no hang) loaded with EP=1."""
+trip, the Megatron-LM layout, --no-save-optim, an EP=2 --async-save resumed, and an EP=2 save (no
+hang) loaded with EP=1."""
 
 import json
 import os
@@ -118,9 +119,11 @@ def test_resume_matches_uninterrupted_run(straight, tiny_moe_hf, tmp_path):
 
 
 def test_two_rank_resume_matches_uninterrupted_run(tiny_moe_hf, tmp_path):
-    """EP=2 with the distributed optimizer: save/resume on 2 ranks gives the same next step."""
+    """EP=2 with the distributed optimizer: save/resume on 2 ranks gives the same next step. The
+    save is an `--async-save` (written by a thread, finished by the next train call): the
+    checkpoint is complete once finished."""
     extra = ["--expert-model-parallel-size", "2", "--use-distributed-optimizer"]
-    want = _run(_straight_worker, 2, tmp_path, tiny_moe_hf, tmp_path / "save", extra, "straight2")
+    want = _run(_straight_worker, 2, tmp_path, tiny_moe_hf, tmp_path / "save", extra + ["--async-save"], "straight2")
     got = _run(_resume_worker, 2, tmp_path, tiny_moe_hf, tmp_path / "save", extra, "resume2")
     assert got["start"] == 1 and got["draws"] == want["draws"]
     _assert_same_steps(got["next"], want["next"])

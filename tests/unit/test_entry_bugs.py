@@ -94,3 +94,10 @@ def test_bad_flags_exit_2_with_one_line(capsys):
     assert train.main(["--eps-clip-c", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("train.py: error: --") and "Traceback" not in err
+
+
+def test_train_py_syncs_weights_every_update_weights_interval_and_after_the_last():
+    schedule = job.Schedule(_schedule_args(update_weights_interval=2, num_rollout=5), start_rollout_id=0)
+    assert [r for r in schedule.rollouts() if schedule.sync_after(r)] == [1, 3, 4]
+    every = job.Schedule(_schedule_args(update_weights_interval=1), start_rollout_id=0)
+    assert all(every.sync_after(r) for r in every.rollouts())

@@ -24,7 +24,8 @@ from slime.backends.megatron_utils.model import build_reference_model, build_tra
 from slime.backends.megatron_utils.packing import local_row_length
 from slime.utils.plugins import (call_before_train_step_hook, call_custom_advantage, call_custom_loss,
                                  call_rollout_data_postprocess)
-from slime.utils.advantages import advantage_options_from_args, compute_advantages_and_returns
+from slime.utils.advantages import (advantage_options_from_args, compute_advantages_and_returns, masked_moments,
+                                    whiten_from_moments)
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
 from slime.utils.misc import load_function
 from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
@@ -40,8 +41,22 @@ def _mpu():
     return mpu
 
 
+def whiten_over_group(advantages: list[torch.Tensor], loss_masks: list[torch.Tensor], group) -> list[torch.Tensor]:
+    """`--normalize-advantages`: whiten per-sample advantages with the mean and variance of every
+    loss-masked token of all ranks of `group` (sum, sum of squares and count all-reduced). A rank
+    with no samples still joins the all-reduce. Returns the whitened tensors in input order."""
+    if advantages:
+        moments = masked_moments(torch.cat(advantages), torch.cat(loss_masks))
+    else:
+        moments = torch.zeros(3, dtype=torch.float64)
+    dist.all_reduce(moments, group=group)
+    return [whiten_from_moments(adv, moments) for adv in advantages]
+
+
 class MegatronTrainer:
     """Model, optimizer and schedule of this rank plus the train/log-prob logic."""
+
+    _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -193,14 +208,22 @@ class MegatronTrainer:
     # ----- advantages ----------------------------------------------------------------------
     def _fill_advantages(self, rollout_data: dict, mine: list[int]) -> None:
         """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
-        computes the loss). `--custom-advantage-function-path` replaces the estimator."""
+        computes the loss). `--custom-advantage-function-path` replaces the estimator;
+        `--normalize-advantages` then whitens the advantages (the estimator's or the plugin's)
+        over the data-parallel batch. `--disable-compute-advantages-and-returns`: none."""
         if not _mpu().is_pipeline_last_stage() or self.args.disable_compute_advantages_and_returns:
             return
         if self.args.custom_advantage_function_path:
             call_custom_advantage(load_function(self.args.custom_advantage_function_path), self.args, rollout_data)
-            return
+        else:
+            self._estimate_advantages(rollout_data, mine)
+        if self.args.normalize_advantages:
+            self._whiten_advantages(rollout_data, mine)
+
+    def _estimate_advantages(self, rollout_data: dict, mine: list[int]) -> None:
         opts = advantage_options_from_args(self.args)
         estimator = opts.pop("estimator")
+        opts["normalize_advantages"] = False  # whitened over data parallel by the caller
         def pick(key):
             return [torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in mine] if key in rollout_data else None
         advantages, returns = compute_advantages_and_returns(
@@ -218,6 +241,13 @@ class MegatronTrainer:
         rollout_data["advantages"], rollout_data["returns"] = [None] * n, [None] * n
         for k, i in enumerate(mine):
             rollout_data["advantages"][i], rollout_data["returns"][i] = advantages[k], returns[k]
+
+    def _whiten_advantages(self, rollout_data: dict, mine: list[int]) -> None:
+        advantages = [torch.as_tensor(rollout_data["advantages"][i], dtype=torch.float32) for i in mine]
+        masks = [torch.as_tensor(rollout_data["loss_masks"][i], dtype=torch.float32) for i in mine]
+        whitened = whiten_over_group(advantages, masks, _mpu().get_data_parallel_group())
+        for i, adv in zip(mine, whitened):
+            rollout_data["advantages"][i] = adv
 
     # ----- loss ---------------------------------------------------------------------------
     def _compute_loss(self, mb, log_probs, entropy, logits):
@@ -254,6 +284,7 @@ class MegatronTrainer:
         """One rollout's optimizer steps. Returns namespaced metrics averaged over the steps
         (same dict on every rank)."""
         start = time.monotonic()
+        self.finish_pending_save()  # --async-save: the previous checkpoint was written meanwhile
         steps = self.step_indices(rollout_data)
         mine = sorted(i for step in steps for i in step)
         self._fill_log_probs(rollout_data, mine)
@@ -275,7 +306,22 @@ class MegatronTrainer:
         seconds = time.monotonic() - start
         metrics["perf/train_time"] = seconds
         metrics["perf/train_tokens_per_s"] = float(tokens) / seconds if seconds > 0 else 0.0
+        interval = self.args.ref_update_interval
+        if interval and self.ref_model is not None and (rollout_id + 1) % interval == 0:
+            self.update_reference_model()
         return metrics
+
+    @torch.no_grad()
+    def update_reference_model(self) -> None:
+        """Copy the actor's current weights into the reference model (`--ref-update-interval`,
+        after the steps of every N-th rollout, as slime does). Both are this rank's same stage."""
+        actor = dict(unwrap(self.state.model[0]).named_parameters())
+        ref = dict(unwrap(self.ref_model).named_parameters())
+        if actor.keys() != ref.keys():
+            raise RuntimeError("reference and actor models have different parameters; cannot refresh the reference")
+        for name, param in ref.items():
+            param.copy_(actor[name])
+        logger.info("reference model refreshed from the actor (--ref-update-interval %d)", self.args.ref_update_interval)
 
     def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
         args, state = self.args, self.state
@@ -347,15 +393,29 @@ class MegatronTrainer:
 
     def save(self, rollout_id: int) -> None:
         """Checkpoint `iter_{rollout_id:07d}` under `--save` (optimizer unless --no-save-optim) and,
-        with `--save-hf`, HF safetensors of the current weights."""
+        with `--save-hf`, HF safetensors of the current weights. With `--async-save` the files are
+        written in the background while the run goes on (weight sync, the next rollout); the save
+        is finished at the next `train` or `save` call, and at once after the last rollout."""
         from slime.backends.megatron_utils import checkpoint
 
         args = self.args
+        self.finish_pending_save()
         if args.save:
-            checkpoint.save_checkpoint(args.save, rollout_id, self.state, rollout_id=rollout_id, args=args,
-                                       save_optim=not args.no_save_optim, extra={"step_id": self.step_id})
+            out = checkpoint.save_checkpoint(args.save, rollout_id, self.state, rollout_id=rollout_id, args=args,
+                                             save_optim=not args.no_save_optim, extra={"step_id": self.step_id},
+                                             background=bool(args.async_save))
+            if args.async_save:
+                self._pending_save = out
+                if args.num_rollout is None or rollout_id + 1 >= args.num_rollout:
+                    self.finish_pending_save()  # the run ends here: nothing left to overlap with
         if args.save_hf:
             checkpoint.save_hf(args, self.state.model[0], rollout_id)
+
+    def finish_pending_save(self) -> None:
+        """Complete a background (`--async-save`) checkpoint, if one is being written (collective)."""
+        pending, self._pending_save = self._pending_save, None
+        if pending is not None:
+            pending.finalize()
 
     @property
     def model(self):

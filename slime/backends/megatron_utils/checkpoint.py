@@ -12,7 +12,8 @@ finished. The state dict keys are Megatron-LM's: `model`, `optimizer`, `opt_para
 stored as an `argparse.Namespace` (Megatron-LM readers and the converter
 `tools/convert_torch_dist_to_hf.py` read it with getattr) holding plain values only, without
 secrets (flags named `*key`, `*token`, `*secret`, `*password`).
-The files are written by `torch_dist.write_torch_dist` (in-process; see that module).
+The files are written by `torch_dist.write_torch_dist` (in-process, or by a background thread
+with `--async-save`; see that module).
 """
 
 from __future__ import annotations
@@ -126,11 +127,12 @@ def _unshare_adam_steps(optimizer) -> None:
 
 # ----- save ------------------------------------------------------------------------------------
 def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, save_optim: bool = True,
-                    extra: dict | None = None) -> Path:
+                    extra: dict | None = None, background: bool = False):
     """Write `state` (every rank calls) to `{save_dir}/iter_{iteration:07d}`, then the tracker file.
 
     `state` is a `TrainState`; `extra` adds common (unsharded) entries. Returns the iteration
-    folder. Synchronous (see module docstring).
+    folder, or with `background` (`--async-save`) a `torch_dist.PendingSave`: the tensors are
+    copied now, written by a thread, and its `finalize()` (every rank) writes the tracker.
     """
     sharded = _sharded_state(state, with_optim=save_optim, with_rng=True, loading=False)
     sharded.update({
@@ -142,10 +144,10 @@ def save_checkpoint(save_dir, iteration: int, state, *, rollout_id: int, args, s
         "args": plain_args(args, world_size=dist.get_world_size()),
         **(extra or {}),
     })
-    ckpt_dir = write_torch_dist(sharded, save_dir, iteration)
-    logger.info("saved checkpoint %s (rollout %d, optimizer %s%s)", ckpt_dir, rollout_id, save_optim,
-                "; --async-save: saved synchronously" if getattr(args, "async_save", False) else "")
-    return ckpt_dir
+    out = write_torch_dist(sharded, save_dir, iteration, background=background)
+    logger.info("%s checkpoint %s (rollout %d, optimizer %s)", "writing" if background else "saved",
+                iteration_dir(save_dir, iteration), rollout_id, save_optim)
+    return out
 
 
 # ----- load ------------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ _TRANSFORMER_FIELDS = {
     "recompute_granularity": "recompute_granularity",
     "recompute_method": "recompute_method",
     "recompute_num_layers": "recompute_num_layers",
+    "recompute_modules": "recompute_modules",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
     "attention_softmax_in_fp32": "attention_softmax_in_fp32",
     "apply_query_key_layer_scaling": "apply_query_key_layer_scaling",
     "calculate_per_token_loss": "calculate_per_token_loss",
@@ -159,6 +162,52 @@ def _group_query_fields(args: argparse.Namespace) -> dict:
     return {}
 
 
+def _kernel_available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _fusion_fields(args: argparse.Namespace) -> dict:
+    """Megatron-LM's fusions: on by default on GPU, each turned off by its ``--no-*-fusion`` flag
+    (Megatron-LM's mapping: ``--no-bias-swiglu-fusion`` -> ``bias_activation_fusion`` with
+    ``--swiglu``). Without CUDA every fusion is off (their kernels are CUDA kernels). A fusion whose
+    kernel package is missing on GPU (rope: Transformer Engine; weight-grad accumulation: Transformer
+    Engine with ``--transformer-impl transformer_engine``, else apex's ``fused_weight_gradient_mlp_cuda``)
+    is turned off with a warning naming the flag that silences it."""
+    names = ("masked_softmax_fusion", "bias_activation_fusion", "apply_rope_fusion", "gradient_accumulation_fusion")
+    if not torch.cuda.is_available():
+        return dict.fromkeys(names, False)
+    te = _kernel_available("transformer_engine")
+    wanted = {
+        "masked_softmax_fusion": (getattr(args, "masked_softmax_fusion", True), True, "--no-masked-softmax-fusion"),
+        "bias_activation_fusion": (getattr(args, "bias_swiglu_fusion", True) and bool(getattr(args, "swiglu", False)),
+                                   True, "--no-bias-swiglu-fusion"),
+        "apply_rope_fusion": (getattr(args, "apply_rope_fusion", True)
+                              and getattr(args, "position_embedding_type", "rope") == "rope", te, "--no-rope-fusion"),
+        "gradient_accumulation_fusion": (
+            getattr(args, "gradient_accumulation_fusion", True),
+            te if getattr(args, "transformer_impl", None) == "transformer_engine"
+            else _kernel_available("fused_weight_gradient_mlp_cuda"),
+            "--no-gradient-accumulation-fusion"),
+    }
+    out = {}
+    for name, (on, available, flag) in wanted.items():
+        out[name] = bool(on and available)
+        if on and not available:
+            logger.warning("%s: its kernel is not installed (Transformer Engine / apex); turned off (pass %s "
+                           "to silence this)", name, flag)
+    return out
+
+
+def _attention_backend_field(args: argparse.Namespace) -> dict:
+    """``--attention-backend`` as megatron-core's ``AttnBackend`` enum (TransformerConfig field)."""
+    backend = getattr(args, "attention_backend", None)
+    if backend is None:
+        return {}
+    from megatron.core.transformer.enums import AttnBackend
+
+    return {"attention_backend": AttnBackend[backend]}
+
+
 def _gpu_feature_fields(args: argparse.Namespace) -> dict:
     """FP8 training and DeepEP (GPU only; refused without CUDA at start-up by
     ``slime.utils.arguments.features.startup_refusals``)."""
@@ -215,14 +264,12 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
-        bias_activation_fusion=False,
         bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        gradient_accumulation_fusion=False,
         persist_layer_norm=False,
-        apply_rope_fusion=False,
         use_cpu_initialization=not torch.cuda.is_available(),
     )
+    kwargs.update(_fusion_fields(args))
+    kwargs.update(_attention_backend_field(args))
     kwargs.update(_group_query_fields(args))
     kwargs.update(_moe_fields(args))
     kwargs.update(_gpu_feature_fields(args))

@@ -86,9 +86,17 @@ def get_model_provider(args: argparse.Namespace) -> Callable:
 
 
 def build_model_for_stage(args: argparse.Namespace, config=None):
-    """Build this rank's GPTModel with pre/post-process set from its PP stage."""
+    """Build this rank's GPTModel with pre/post-process set from its PP stage; with
+    ``--custom-model-provider-path`` that function builds it instead (slime's call site: called as
+    ``fn(pre_process, post_process[, vp_stage=None])``, ``config`` unused)."""
     from megatron.core import parallel_state as mpu
 
     pre = mpu.is_pipeline_first_stage(ignore_virtual=True)
     post = mpu.is_pipeline_last_stage(ignore_virtual=True)
+    if getattr(args, "custom_model_provider_path", None):
+        from slime.utils.misc import load_function
+        from slime.utils.plugins import call_model_provider
+
+        logger.info("model built by --custom-model-provider-path %s", args.custom_model_provider_path)
+        return call_model_provider(load_function(args.custom_model_provider_path), pre, post, vp_stage=None)
     return build_gpt_model(args, pre, post, config=config)

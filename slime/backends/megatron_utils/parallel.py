@@ -101,7 +101,13 @@ def initialize_model_parallel(args: argparse.Namespace) -> None:
         context_parallel_size=getattr(args, "context_parallel_size", 1) or 1,
         expert_model_parallel_size=getattr(args, "expert_model_parallel_size", 1) or 1,
         expert_tensor_parallel_size=getattr(args, "expert_tensor_parallel_size", None),
+        distributed_timeout_minutes=_timeout_minutes(args),
     )
+
+
+def _timeout_minutes(args: argparse.Namespace) -> int:
+    """``--distributed-timeout-minutes``: the timeout of the default group and megatron's groups."""
+    return getattr(args, "distributed_timeout_minutes", None) or 10
 
 
 def set_random_seed(seed: int) -> None:
@@ -150,7 +156,9 @@ def _cpu_model_parallel_seed(seed: int) -> None:
 
 
 def initialize_megatron(args: argparse.Namespace, **process_group_kwargs) -> None:
-    """Full backend start-up: process group, CPU compat patches (no CUDA), groups, seeds."""
+    """Full backend start-up: process group (timeout ``--distributed-timeout-minutes``), CPU compat
+    patches (no CUDA), groups, seeds, then ``--custom-megatron-init-path`` (slime's call site)."""
+    process_group_kwargs.setdefault("timeout_minutes", _timeout_minutes(args))
     init_process_group(
         backend=getattr(args, "distributed_backend", None) if torch.cuda.is_available() else "gloo",
         **process_group_kwargs,
@@ -161,6 +169,11 @@ def initialize_megatron(args: argparse.Namespace, **process_group_kwargs) -> Non
         apply_cpu_compat()
     initialize_model_parallel(args)
     set_random_seed(getattr(args, "seed", 1234) or 1234)
+    if getattr(args, "custom_megatron_init_path", None):
+        from slime.utils.misc import load_function
+        from slime.utils.plugins import call_megatron_init
+
+        call_megatron_init(load_function(args.custom_megatron_init_path), args)
 
 
 def destroy_parallel() -> None:

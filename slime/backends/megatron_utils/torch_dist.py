@@ -19,8 +19,11 @@ process that runs many threads (Ray actor workers, gloo's threads) can leave the
 lock no thread will release. `thread_count=1` avoids none of them (it only makes one bucket).
 `in_process_save_strategy()` keeps megatron's planning, deduplication, metadata and file format
 (loaded by megatron's default torch_dist load strategy, any layout) but writes this rank's single
-file in the calling process: no Manager, no fork. Saving is therefore synchronous; `--async-save`
-is accepted and the save stays synchronous (logged).
+file in the calling process: no Manager, no fork. With `background=True` (`--async-save`) the
+planning and a CPU snapshot of every tensor happen in the call, the file is written by a thread of
+this process, and `PendingSave.finalize()` (collective) joins it, lets megatron write the global
+metadata and only then points the tracker file at the new iteration: a checkpoint named by the
+tracker is always complete.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import logging
 import os
 import queue
+import threading
 from pathlib import Path
 
 import torch
@@ -73,15 +77,16 @@ def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
     return argparse.Namespace(**out)
 
 
-def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+def _own_storage(tensor: torch.Tensor, snapshot: bool = False) -> torch.Tensor:
     """CPU tensor whose storage is exactly its data (torch.save of a view writes the whole buffer:
-    DDP parameters are views into one contiguous buffer)."""
+    DDP parameters are views into one contiguous buffer). `snapshot`: always a copy (a background
+    write must not see the training that goes on meanwhile)."""
     tensor = tensor.detach().to("cpu")
     whole = tensor.is_contiguous() and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
-    return tensor if whole else tensor.clone()
+    return tensor.clone() if snapshot or not whole else tensor
 
 
-def _writer_class():
+def _writer_class(snapshot: bool = False):
     from megatron.core.dist_checkpointing.strategies.filesystem_async import (
         FileSystemWriterAsync,
         _split_by_size_and_type,
@@ -99,7 +104,7 @@ def _writer_class():
                 name = f"{prefix}{len(self.write_buckets)}{DEFAULT_SUFFIX}"
                 data = [(item, planner.resolve_data(item)) for item in bucket]
                 as_bytes = [(i, d) for i, d in data if i.type == WriteItemType.BYTE_IO]
-                tensors = [(i, _own_storage(d)) for i, d in data if i.type != WriteItemType.BYTE_IO]
+                tensors = [(i, _own_storage(d, snapshot)) for i, d in data if i.type != WriteItemType.BYTE_IO]
                 self.write_buckets.append((str(Path(self.checkpoint_dir) / name), name, (as_bytes, tensors)))
             self.results_queue = queue.Queue()
 
@@ -119,8 +124,9 @@ def _writer_class():
     return InProcessWriter
 
 
-def in_process_save_strategy():
-    """megatron-core torch_dist save strategy whose writes stay in this process (no Manager/fork)."""
+def in_process_save_strategy(snapshot: bool = False):
+    """megatron-core torch_dist save strategy whose writes stay in this process (no Manager/fork);
+    `snapshot`: copy every tensor at planning time (for a background write)."""
     from megatron.core.dist_checkpointing.strategies.state_dict_saver import save_state_dict_async_plan
     from megatron.core.dist_checkpointing.strategies.torch import (
         MCoreSavePlanner,
@@ -129,7 +135,7 @@ def in_process_save_strategy():
         mcore_to_pyt_state_dict,
     )
 
-    writer_cls = _writer_class()
+    writer_cls = _writer_class(snapshot)
 
     class InProcessTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
         """TorchDistSaveShardedStrategy with `InProcessWriter` and no cached plans."""
@@ -146,21 +152,62 @@ def in_process_save_strategy():
     return InProcessTorchDistSaveStrategy("torch_dist", 1, thread_count=1)
 
 
-def write_torch_dist(state: dict, save_dir, iteration: int) -> Path:
+def write_torch_dist(state: dict, save_dir, iteration: int, background: bool = False):
     """Save a (sharded) state dict as ``iter_{iteration:07d}`` of ``save_dir`` and point the tracker
-    file at it. Every rank calls; returns the iteration folder."""
+    file at it. Every rank calls; returns the iteration folder, or with ``background`` a
+    `PendingSave` whose `finalize()` (every rank calls) completes the save and writes the tracker."""
     from megatron.core import dist_checkpointing
 
     ckpt_dir = iteration_dir(save_dir, iteration)
     if dist.get_rank() == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
+    if background:
+        request = dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy(True),
+                                          async_sharded_save=True)
+        return PendingSave(request, save_dir, iteration)
     dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
+    _write_tracker(save_dir, iteration)
+    return ckpt_dir
+
+
+def _write_tracker(save_dir, iteration: int) -> None:
     dist.barrier()
     if dist.get_rank() == 0:
         (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
     dist.barrier()
-    return ckpt_dir
+
+
+class PendingSave:
+    """A torch_dist save whose files a thread of this process is writing (`--async-save`)."""
+
+    def __init__(self, request, save_dir, iteration: int):
+        self.request, self.save_dir, self.iteration = request, save_dir, iteration
+        self.ckpt_dir = iteration_dir(save_dir, iteration)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._write, name=f"async-save-{iteration}", daemon=True)
+        self.thread.start()
+
+    def _write(self) -> None:
+        try:
+            if self.request.async_fn is not None:
+                self.request.async_fn(*self.request.async_fn_args, **self.request.async_fn_kwargs)
+        except BaseException as e:  # re-raised by finalize() on every rank
+            self.error = e
+
+    def finalize(self) -> Path:
+        """Wait for the write, then (collectively) megatron's metadata and the tracker file. Raises
+        on every rank when the write failed on any rank (the tracker then keeps the previous one)."""
+        self.thread.join()
+        failed = torch.tensor([int(self.error is not None)])
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        if int(failed):
+            raise RuntimeError(f"--async-save of {self.ckpt_dir} failed on a rank") from self.error
+        for fn in self.request.finalize_fns:
+            fn()
+        _write_tracker(self.save_dir, self.iteration)
+        logger.info("async save of %s complete", self.ckpt_dir)
+        return self.ckpt_dir
 
 
 def save_model(model, args: argparse.Namespace, save_dir, iteration: int = 0) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from slime.utils.arguments.common import require
+from slime.utils.arguments.common import positive_int, require
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
 LOSS_TYPES = ("policy_loss", "sft_loss", "custom_loss")
@@ -45,8 +45,9 @@ def _add_correction(group) -> None:
     group.add_argument("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS weight.")
     group.add_argument("--use-rollout-logprobs", action="store_true", default=False,
                        help="Use the engines' log-probs as the old policy instead of recomputing them.")
-    group.add_argument("--ref-update-interval", type=int, default=None,
-                       help="Copy the actor into the reference model every this many rollouts (None: never).")
+    group.add_argument("--ref-update-interval", type=positive_int("--ref-update-interval"), default=None,
+                       help="Copy the actor's weights into the reference model after every this many rollouts "
+                       "(None: never).")
     group.add_argument("--num-critic-only-steps", type=int, default=0,
                        help="Rollouts at the start that train only the critic (ppo).")
     group.add_argument("--use-routing-replay", action="store_true", default=False,
@@ -106,6 +107,8 @@ def validate(args: argparse.Namespace) -> list[str]:
         warnings.append("--custom-tis-function-path is ignored without --use-tis (as in slime)")
     require(args.tis_clip_low <= args.tis_clip,
             f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
+    if args.ref_update_interval is not None and not (args.use_kl_loss or args.kl_coef != 0):
+        warnings.append("--ref-update-interval without --use-kl-loss / --kl-coef: there is no reference model")
     if args.disable_compute_advantages_and_returns:
         require(args.loss_type != "policy_loss" and args.custom_advantage_function_path is None,
                 "--disable-compute-advantages-and-returns leaves no advantages: use it with --loss-type sft_loss "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from slime.utils.arguments.common import check_path_exists, positive_int
+from slime.utils.arguments.common import check_path_exists, positive_int, require
 
 CKPT_FORMATS = ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")
 
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--async-save", action="store_true", default=None,
                        help="Write checkpoints in the background (torch_dist).")
     group.add_argument("--ckpt-format", type=str, choices=CKPT_FORMATS, default="torch_dist",
-                       help="Megatron checkpoint format.")
+                       help="Megatron checkpoint format; only torch_dist is implemented (the others are "
+                       "Megatron-LM's names, refused with an error).")
     group.add_argument("--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler",
                        dest="use_checkpoint_opt_param_scheduler", action="store_true", default=False,
                        help="Take learning-rate scheduler settings from the checkpoint.")
@@ -45,9 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """--ref-load must exist; --load must exist unless --ref-load is given (then a missing --load
-    is a first run that starts from --ref-load, with a warning)."""
+    """--ckpt-format must be torch_dist (the one format written and read); --ref-load must exist;
+    --load must exist unless --ref-load is given (then a missing --load is a first run that starts
+    from --ref-load, with a warning)."""
     warnings: list[str] = []
+    require(args.ckpt_format == "torch_dist",
+            f"--ckpt-format {args.ckpt_format} is not implemented: checkpoints are Megatron torch_dist only")
     if args.ref_load is not None:
         check_path_exists(args, "--ref-load", args.ref_load, warnings)
     if args.load is not None and args.ref_load is not None:

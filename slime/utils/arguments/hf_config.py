@@ -1,6 +1,7 @@
 """Cross-check of MODEL_ARGS (Megatron-LM model-shape flags) against a Hugging Face config.json.
 
-Pure functions, shared by argument validation and the checkpoint converters.
+Pure functions, shared by argument validation, the weight maps (`hf_shape_args`) and the checkpoint
+converters.
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
         if hf_config.get(key) is not None:
             return key, hf_config[key]
     return None, None
+
+
+def hf_shape_args(hf_config: dict) -> dict[str, Any]:
+    """{args dest: value} of every model-shape field in the tables above that ``hf_config`` has
+    (the first HF key present; MoE-only fields only for an MoE config). The one HF key -> Megatron
+    flag mapping: `check_hf_config` compares through the same tables, and each weight map's
+    ``megatron_args`` starts from this dict and adds what its family implies."""
+    out: dict[str, Any] = {}
+    moe = bool(hf_num_experts(hf_config)[1])
+    for _flag, dest, keys in _INT_FIELDS:
+        value = _hf_value(hf_config, keys)[1]
+        if value is not None and (moe or dest not in _MOE_ONLY) and (dest != "num_experts" or moe):
+            out[dest] = int(value)
+    for _flag, dest, keys in _FLOAT_FIELDS:
+        value = _hf_value(hf_config, keys)[1]
+        if value is not None:
+            out[dest] = float(value)
+    return out
 
 
 def hf_num_experts(hf_config: dict) -> tuple[str | None, int]:

@@ -26,7 +26,8 @@ def _add_sampling(group) -> None:
     group.add_argument("--rollout-max-prompt-len", type=int, default=None,
                        help="Prompts longer than this many tokens are dropped when the data is loaded.")
     group.add_argument("--rollout-max-context-len", type=int, default=None,
-                       help="Maximum prompt + response tokens; responses are cut to fit.")
+                       help="Maximum prompt + response tokens: each request's max_new_tokens is cut so the total "
+                       "fits (a prompt already at the limit gets no response and is marked truncated).")
     group.add_argument("--rollout-stop", type=str, nargs="+", default=None, help="Stop strings.")
     group.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="Stop token ids.")
     group.add_argument("--rollout-skip-special-tokens", action="store_true", default=False,
@@ -92,7 +93,8 @@ def _add_weight_sync(group) -> None:
     group.add_argument("--update-weight-buffer-size", type=positive_int("--update-weight-buffer-size"),
                        default=512 * 1024**2, help="Bytes per weight-update bucket (default 512 MiB).")
     group.add_argument("--update-weights-interval", type=positive_int("--update-weights-interval"), default=1,
-                       help="Push weights to the engines every this many rollouts.")
+                       help="Push weights to the engines every this many rollouts (train.py also after the last; "
+                       "must be 1 with --colocate).")
     group.add_argument("--use-fault-tolerance", action="store_true", default=False,
                        help="Health-check engines and restart dead ones instead of failing the run.")
     group.add_argument("--rollout-health-check-interval", type=float, default=2.0,
@@ -140,6 +142,7 @@ def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> No
 def validate(args: argparse.Namespace) -> list[str]:
     """--rollout-temperature > 0, --rollout-top-p in (0, 1], lengths > 0; remote_rm needs --rm-url;
     --over-sampling-batch-size defaults to --rollout-batch-size and may not be smaller;
+    --rollout-max-prompt-len < --rollout-max-context-len; --update-weights-interval 1 with --colocate;
     --hf-checkpoint is required (unless --dry-run or --debug-train-only) and must exist; its
     config.json, when present, must agree with MODEL_ARGS (hf_config.check_hf_config)."""
     warnings: list[str] = []
@@ -149,6 +152,10 @@ def validate(args: argparse.Namespace) -> list[str]:
                         ("--rollout-max-prompt-len", args.rollout_max_prompt_len),
                         ("--rollout-max-context-len", args.rollout_max_context_len)):
         require(value is None or value > 0, f"{flag} must be > 0, got {value}")
+    if args.rollout_max_context_len is not None and args.rollout_max_prompt_len is not None:
+        require(args.rollout_max_prompt_len < args.rollout_max_context_len,
+                f"--rollout-max-prompt-len {args.rollout_max_prompt_len} leaves no room for a response in "
+                f"--rollout-max-context-len {args.rollout_max_context_len}")
     if args.rm_type is not None and args.rm_type.endswith("remote_rm"):
         require(args.rm_url is not None, f"--rm-type {args.rm_type} needs --rm-url")
     if args.over_sampling_batch_size is None:
@@ -157,5 +164,8 @@ def validate(args: argparse.Namespace) -> list[str]:
         require(args.over_sampling_batch_size >= args.rollout_batch_size,
                 f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
                 f"--rollout-batch-size {args.rollout_batch_size}")
+    require(args.update_weights_interval == 1 or not args.colocate,
+            f"--update-weights-interval {args.update_weights_interval} needs 1 with --colocate (the engines give "
+            "their weights' memory to the trainer and get them back by the sync after every rollout)")
     _validate_hf_checkpoint(args, warnings)
     return warnings

@@ -83,7 +83,7 @@ class Job:
 def _args(**overrides):
     base = dict(colocate=True, offload_rollout=True, offload_train=True, debug_rollout_only=False,
                 debug_train_only=False, use_fault_tolerance=False, start_rollout_id=None, num_rollout=2,
-                save=None, save_interval=None, eval_prompt_data=None, eval_interval=None,
+                update_weights_interval=1, save=None, save_interval=None, eval_prompt_data=None, eval_interval=None,
                 skip_eval_before_train=False)
     return SimpleNamespace(**(base | overrides))
 

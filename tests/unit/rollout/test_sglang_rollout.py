@@ -235,6 +235,21 @@ def test_generate_and_rm_with_slimes_signature(args):
     assert [s.index for s in out] == [0, 1] and all(s.reward is not None for s in out)
 
 
+def test_response_budget_fits_prompt_and_response_into_the_context():
+    """--rollout-max-context-len cuts max_new_tokens to what is left of the context (slime's rule);
+    a partial response counts against both limits; a full context leaves nothing."""
+    from types import SimpleNamespace
+
+    budget = sglang_rollout.response_budget
+    sample = Sample(tokens=[1] * 10, response_length=0)
+    assert budget(SimpleNamespace(rollout_max_context_len=None), sample, 8) == 8
+    assert budget(SimpleNamespace(rollout_max_context_len=14), sample, 8) == 4
+    assert budget(SimpleNamespace(rollout_max_context_len=100), sample, 8) == 8
+    partial = Sample(tokens=[1] * 12, response_length=2)
+    assert budget(SimpleNamespace(rollout_max_context_len=14), partial, 8) == 2
+    assert budget(SimpleNamespace(rollout_max_context_len=12), partial, 8) == 0
+
+
 def test_generate_keeps_the_engines_routed_experts_with_r3(args):
     """--use-rollout-routing-replay: /generate asks for routed experts (through the router) and the
     sample keeps them as [len(tokens) - 1, num_layers, topk] (SGLang's rows: every fed token)."""

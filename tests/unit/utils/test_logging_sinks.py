@@ -118,3 +118,37 @@ def test_jsonl_keeps_earlier_rollouts_and_drops_replaced_ones(tmp_path):
     assert [json.loads(x)["rollout/raw_reward"] for x in path.read_text().splitlines()] == [0.0, 1.0, 20.0]
     MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))  # a fresh run starts an empty file
     assert path.read_text() == ""
+
+
+class _FakeWandb:
+    """Records the calls WandbSink makes (handed in through `_require`, no sys.modules stub)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def login(self, **kw):
+        self.calls.append(("login", kw))
+
+    @staticmethod
+    def Settings(**kw):  # noqa: N802 (wandb's name)
+        return SimpleNamespace(**kw)
+
+    def init(self, **kw):
+        self.calls.append(("init", kw))
+        return SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+
+    def teardown(self):
+        pass
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_wandb_team_is_the_entity_and_host_the_server(monkeypatch, tmp_path, key):
+    fake = _FakeWandb()
+    monkeypatch.setattr("slime.utils.logging_sinks._require", lambda *a: fake)
+    args = SimpleNamespace(use_wandb=True, wandb_mode="online", wandb_team="my-team",
+                           wandb_host="https://wandb.example.org", wandb_key=key, metrics_dir=str(tmp_path))
+    MetricsLogger(SinkConfig.from_args(args)).close()
+    assert [name for name, _ in fake.calls] == ["init"]  # no wandb.login: nothing written to ~/.netrc
+    init = fake.calls[0][1]
+    assert init["entity"] == "my-team" and init["settings"].base_url == "https://wandb.example.org"
+    assert getattr(init["settings"], "api_key", None) == key

@@ -7,7 +7,7 @@ derived from a Qwen3 HF ``config.json`` (used when converting without MODEL_ARGS
 from slime.backends.megatron_utils.model_provider import padded_vocab_size
 from slime.backends.megatron_utils.weight_maps import transforms as tf
 from slime.backends.megatron_utils.weight_maps.base import ConvertContext, Rule, WeightMap
-from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta
+from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta, hf_shape_args
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -126,17 +126,15 @@ def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1)
 
 
 def megatron_args(hf_config: dict) -> dict:
-    """Megatron-LM model-shape args (dest names) equivalent to a Qwen3 HF config."""
-    out = dict(
-        num_layers=hf_config["num_hidden_layers"],
-        hidden_size=hf_config["hidden_size"],
-        ffn_hidden_size=hf_config["intermediate_size"],
-        num_attention_heads=hf_config["num_attention_heads"],
+    """Megatron-LM model-shape args (dest names) equivalent to a Qwen3 HF config: the shared
+    HF key -> flag table (`hf_shape_args`) plus what the Qwen3 family implies."""
+    out = hf_shape_args(hf_config)
+    out.setdefault("norm_epsilon", 1e-6)
+    out.update(
         group_query_attention=True,
         num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
         kv_channels=head_dim(hf_config),
         normalization="RMSNorm",
-        norm_epsilon=hf_config.get("rms_norm_eps", 1e-6),
         position_embedding_type="rope",
         rotary_base=rope_theta(hf_config),
         rotary_percent=1.0,
@@ -148,12 +146,8 @@ def megatron_args(hf_config: dict) -> dict:
         vocab_size=hf_config["vocab_size"],
         max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
     )
-    experts = num_experts(hf_config)
-    if experts:
+    if num_experts(hf_config):
         out.update(
-            num_experts=experts,
-            moe_ffn_hidden_size=hf_config["moe_intermediate_size"],
-            moe_router_topk=hf_config["num_experts_per_tok"],
             moe_layer_freq=moe_layer_pattern(hf_config),
             moe_router_score_function="softmax",
             moe_router_pre_softmax=not hf_config.get("norm_topk_prob", False),

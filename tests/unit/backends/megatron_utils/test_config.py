@@ -147,6 +147,50 @@ def test_configs_from_the_launch_scripts():
     assert dense.num_moe_experts is None and dense.ffn_hidden_size == 128
 
 
+def test_layout_recompute_backend_and_expert_bias_flags_reach_the_config():
+    from megatron.core.transformer.enums import AttnBackend
+
+    cfg = transformer_config_from_args(_args(
+        TINY_MOE, num_layers=4, moe_layer_freq=1, pipeline_model_parallel_size=2,
+        decoder_first_pipeline_num_layers=1, decoder_last_pipeline_num_layers=3,
+        recompute_granularity="selective", recompute_modules=["core_attn", "layernorm"],
+        attention_backend="unfused", moe_router_score_function="sigmoid",
+        moe_router_enable_expert_bias=True, moe_router_bias_update_rate=0.01))
+    assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (1, 3)
+    assert cfg.recompute_granularity == "selective" and cfg.recompute_modules == ["core_attn", "layernorm"]
+    assert cfg.attention_backend is AttnBackend.unfused
+    assert cfg.moe_router_enable_expert_bias and cfg.moe_router_bias_update_rate == 0.01
+
+
+FUSIONS = ("masked_softmax_fusion", "bias_activation_fusion", "apply_rope_fusion", "gradient_accumulation_fusion")
+
+
+def test_fusions_are_off_without_cuda_whatever_the_flags():
+    from slime.backends.megatron_utils.config import _fusion_fields
+
+    assert _fusion_fields(_args(TINY_DENSE, position_embedding_type="rope")) == dict.fromkeys(FUSIONS, False)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "no_kernels"])
+def test_fusions_on_gpu_default_on_and_each_no_flag_turns_one_off(monkeypatch, kernels, caplog):
+    """GPU (CUDA reported available): every fusion is on by default when its kernel package is
+    installed, a missing kernel turns it off with a warning, and each --no-*-fusion turns its one off."""
+    from slime.backends.megatron_utils import config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(config, "_kernel_available", lambda module: kernels)
+    base = dict(TINY_DENSE, position_embedding_type="rope", transformer_impl="transformer_engine")
+    defaults = config._fusion_fields(_args(base))
+    needs_kernel = {"apply_rope_fusion", "gradient_accumulation_fusion"}
+    assert defaults == {f: kernels or f not in needs_kernel for f in FUSIONS}
+    assert ("turned off" in caplog.text) == (not kernels)
+    for dest, field in (("masked_softmax_fusion", "masked_softmax_fusion"), ("bias_swiglu_fusion", "bias_activation_fusion"),
+                        ("apply_rope_fusion", "apply_rope_fusion"),
+                        ("gradient_accumulation_fusion", "gradient_accumulation_fusion")):
+        off = config._fusion_fields(_args(base, **{dest: False}))
+        assert off == {**defaults, field: False}, dest
+
+
 def test_recipe_feature_flags_reach_transformer_config():
     """Issue 13: the model-variant flags megatron-core has land on TransformerConfig."""
     cfg = transformer_config_from_args(_args(

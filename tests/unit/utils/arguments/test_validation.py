@@ -49,6 +49,10 @@ ERROR_CASES = [
     (["--bf16", "--fp16"], ["--bf16", "--fp16"]),
     (["--context-parallel-size", "2", "--transformer-impl", "local"],
      ["--context-parallel-size 2", "--transformer-impl local"]),
+    (["--rollout-max-prompt-len", "64", "--rollout-max-context-len", "64"],
+     ["--rollout-max-prompt-len 64", "--rollout-max-context-len 64"]),
+    (["--colocate", "--update-weights-interval", "2"], ["--update-weights-interval 2", "--colocate"]),
+    (["--ckpt-format", "torch_dcp"], ["--ckpt-format torch_dcp"]),
 ]
 
 
