@@ -112,12 +112,13 @@ class MegatronTrainer:
 
     # ----- log-probs ---------------------------------------------------------------------
     @torch.no_grad()
-    def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False) -> dict | None:
+    def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False,
+                         micro_batches: list | None = None) -> dict | None:
         """Response log-probs (and entropy) of `indices` under `model` (default: the actor).
+        `micro_batches`: those `log_prob_micro_batches` built for `indices` (reused across passes).
         Returns {sample index: tensor} on the last pipeline stage, None elsewhere."""
         model = model if model is not None else self.state.model[0]
-        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
-        mbs = self._micro_batches(rollout_data, indices, max_tokens)
+        mbs = micro_batches if micro_batches is not None else self.log_prob_micro_batches(rollout_data, indices)
         loss_fn = partial(ts.log_prob_loss_fn, **self._logprob_kw(with_entropy))
         model.eval()
         outputs = ts.run_schedule([model], mbs, loss_fn, forward_only=True)
@@ -132,6 +133,11 @@ class MegatronTrainer:
                     result["entropy"][i] = out["entropy"][k]
         return result
 
+    def log_prob_micro_batches(self, rollout_data: dict, indices: list[int]) -> list:
+        """The packed micro-batches of the forward-only log-prob passes (--log-probs-max-tokens-per-gpu)."""
+        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
+        return self._micro_batches(rollout_data, indices, max_tokens)
+
     def _logprob_kw(self, with_entropy: bool) -> dict:
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
                     with_entropy=with_entropy, vocab_size=self.args.vocab_size,
@@ -140,14 +146,16 @@ class MegatronTrainer:
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`."""
         n = len(rollout_data["tokens"])
+        passes = (not self.args.use_rollout_logprobs) + (self.ref_model is not None)
+        mbs = self.log_prob_micro_batches(rollout_data, mine) if passes else None  # packed once for both passes
         if self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
-            got = self.compute_log_prob(rollout_data, mine)
+            got = self.compute_log_prob(rollout_data, mine, micro_batches=mbs)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
         if self.ref_model is not None:
-            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model)
+            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
 

@@ -107,3 +107,20 @@ def test_log_probs_and_entropy_match_softmax():
 def test_bad_response_length_is_named():
     with pytest.raises(ValueError, match="response length 3"):
         pack_sequences([[1, 2, 3]], response_lengths=[3])
+
+
+def test_whole_sample_packing_equals_the_general_path():
+    """Without CP, `pack_sequences` takes a list-based fast path: field for field the same batch
+    as the general (zigzag) path at cp_size 1, with and without end padding."""
+    from slime.backends.megatron_utils import packing
+
+    seqs = [[5, 6, 7, 8, 9], [1, 2, 3], [4, 4, 4, 4, 4, 4, 4]]
+    resp = [2, 1, 5]
+    for pad, min_length in ((1, 0), (4, 0), (1, 20)):
+        fast = packing.pack_sequences(seqs, resp, sample_ids=[7, 3, 9], pad_to_multiple=pad, min_length=min_length)
+        slow = packing._pack_split(seqs, resp, [7, 3, 9], pad, "cpu", min_length, 0, 1)
+        for name in ("tokens", "position_ids", "cu_seqlens", "logit_index", "target_ids", "flat_index"):
+            a, b = getattr(fast, name), getattr(slow, name)
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        for name in ("max_seqlen", "total_lengths", "response_lengths", "sample_ids", "cp_size"):
+            assert getattr(fast, name) == getattr(slow, name), name
