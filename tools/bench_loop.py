@@ -135,7 +135,7 @@ class PlainLoop:
     """The plain transformers GRPO loop on the same checkpoint and prompts, one `step()` at a time
     (`--plain-threads` torch threads; our trainer ranks and engine run one thread each)."""
 
-    def __init__(self, hf: Path, train: Path, threads: int):
+    def __init__(self, hf: Path, train: Path, threads: int, batch: int = BATCH):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -148,12 +148,13 @@ class PlainLoop:
         self.gen = torch.Generator().manual_seed(0)
         self.data = [json.loads(x) for x in train.read_text().splitlines()]
         self.rows: list[dict] = []
+        self.batch = batch
 
     def step(self) -> None:
         row: dict = {}
         start = time.perf_counter()
         step = len(self.rows)
-        chunk = self.data[step * BATCH:(step + 1) * BATCH]
+        chunk = self.data[step * self.batch:(step + 1) * self.batch]
         prompts, labels = _timed(row, "encode", self.toy.encode_prompts, self.tokenizer, chunk)
         row["reward"] = _timed(row, "grpo_step", self.toy.grpo_step, self.model, self.optimizer, prompts, labels,
                                N_SAMPLES, self.gen)
