@@ -256,7 +256,8 @@ class Scheduler:
     def _decode_step(self) -> None:
         reqs = list(self._running)
         ids = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self._device())
-        self._accept_tokens(self._kv.decode_logits(self.model, ids), reqs)
+        logits = self._kv.decode_logits(self.model, ids)  # [B, V]; SlotKV's lean step or the HF forward
+        self._accept_tokens(logits, reqs)
 
     def _accept_tokens(self, logits: torch.Tensor, reqs: list[Request]) -> None:
         """Sample for `reqs` (rows of `logits` [B, V]), append, and retire whatever finished."""
