@@ -4,6 +4,7 @@
    continuous batching) vs transformers `generate` on the same left-padded batch (static batching:
    it runs until the longest response is done). Scenarios with equal and with varied response
    lengths; useful tokens = the sum of the requested lengths in both cases (greedy, EOS ignored).
+   Each scenario runs `--repeats` times, engine and baseline interleaved; medians are reported.
 2. Weight sync: seconds per GB of `/update_weights_from_distributed` (HTTP + gloo broadcast +
    loading into the model) vs a raw gloo broadcast of the same tensors to a plain receiver process.
 
@@ -19,6 +20,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -39,6 +41,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=16, help="sequences per decode scenario")
     p.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per sequence")
     p.add_argument("--max-response-len", type=int, default=128, help="longest response in the scenarios")
+    p.add_argument("--repeats", type=int, default=3, help="runs per decode scenario (interleaved; medians)")
     p.add_argument("--num-threads", type=int, default=1, help="torch threads for the engine and the baseline")
     p.add_argument("--sync-hidden", type=int, default=512, help="hidden size of the dense sync-benchmark model")
     p.add_argument("--sync-layers", type=int, default=4, help="layers of the dense sync-benchmark model")
@@ -115,8 +118,9 @@ def bench_decode(url: str, model_dir: Path, args) -> list[dict]:
     _hf_run(model, prompts[:2], [4, 4])
     rows = []
     for name, lens in scenarios(args.batch, args.max_response_len).items():
-        e_time, e_tok = asyncio.run(_engine_run(url, prompts, lens))
-        h_time, h_tok = _hf_run(model, prompts, lens)
+        runs = [(asyncio.run(_engine_run(url, prompts, lens)), _hf_run(model, prompts, lens)) for _ in range(args.repeats)]
+        e_time, e_tok = statistics.median(e[0] for e, _ in runs), runs[0][0][1]
+        h_time, h_tok = statistics.median(h[0] for _, h in runs), runs[0][1][1]
         rows.append({"scenario": name, "batch": args.batch, "useful_tokens": h_tok, "engine_tok_s": e_tok / e_time,
                      "hf_generate_tok_s": h_tok / h_time, "ratio_engine_over_hf": (e_tok / e_time) / (h_tok / h_time)})
     return rows

@@ -84,6 +84,14 @@ class BatchKV:
             self._cache = DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
         return self._cache
 
+    def decode_logits(self, model, ids: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (`ids` [B, 1]) through the HF forward; returns logits [B, V]."""
+        mask, positions = self.decode_inputs()
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.to_cache(),
+                    use_cache=True)
+        self.absorb(out.past_key_values)
+        return out.logits[:, -1]
+
     def absorb(self, cache) -> None:
         """Adopt the grown tensors of `cache` after a decode step (one new real column)."""
         self._cache = cache

@@ -182,5 +182,8 @@ def sample_next_tokens(
     chosen = logprobs.argmax(dim=-1)  # greedy rows keep this; sampled rows are overwritten below
     for row, (p, gen) in enumerate(zip(params, generators)):
         if p.temperature > 0:
-            chosen[row] = torch.multinomial(_filter_probs(logprobs[row].exp(), p), 1, generator=gen)[0]
+            probs = logprobs[row].exp()
+            if p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0:  # no filter: the same probs, unsorted
+                probs = _filter_probs(probs, p)
+            chosen[row] = torch.multinomial(probs, 1, generator=gen)[0]
     return chosen.tolist(), logprobs.gather(1, chosen[:, None])[:, 0].tolist()

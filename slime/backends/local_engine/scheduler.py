@@ -2,8 +2,9 @@
 
 Owns `Request` (one generation in flight) and `Scheduler`. Each loop step, under `model_lock`:
 admit waiting requests up to `max_running` (one left-padded batched prefill; the caches join the
-left-padded `BatchKV`; first tokens are sampled from the prefill logits), then run ONE batched
-decode forward for all running requests, sample per request, and retire finished requests at once
+batch's KV cache: the preallocated `SlotKV` with its lean decode step for Qwen3-family models,
+else the left-padded `BatchKV` and the HF forward; first tokens are sampled from the prefill
+logits), then run ONE batched decode forward for all running requests, sample per request, and retire finished requests at once
 (stop token ids incl. eos, stop strings on the decoded text, max_new_tokens, context length) so
 their slots free for the next step. `pause()` stops stepping (running requests wait, new ones
 queue); `abort()` finishes requests with finish reason abort and what they generated so far.
@@ -31,6 +32,7 @@ import torch
 from slime.backends.local_engine.kv_batch import BatchKV
 from slime.backends.local_engine.routed_experts import RoutedExpertsCapture, routed_experts_meta
 from slime.backends.local_engine.sampling import SamplingParams, sample_next_tokens
+from slime.backends.local_engine.slot_kv import SlotKV, supports_slot_kv
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._waiting: collections.deque[Request] = collections.deque()
         self._running: list[Request] = []
-        self._kv = BatchKV()
+        self._kv = SlotKV() if supports_slot_kv(model) else BatchKV()  # preallocated + lean decode when exact
         self._paused = False
         self._held: set[str] = set()  # reasons the loop must not step (e.g. "released")
         self._stopped = False
@@ -261,14 +263,10 @@ class Scheduler:
     def _decode_step(self) -> None:
         reqs = list(self._running)
         ids = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self._device())
-        mask, positions = self._kv.decode_inputs()
-        cache = self._kv.to_cache()
         self.routing.arm(reqs)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True)
+        logits = self._kv.decode_logits(self.model, ids)  # [B, V]; SlotKV's lean step or the HF forward
         self.routing.collect(reqs, torch.ones_like(ids))
-        self._kv.absorb(out.past_key_values)
-        self._accept_tokens(out.logits[:, -1], reqs)
+        self._accept_tokens(logits, reqs)
 
     def _accept_tokens(self, logits: torch.Tensor, reqs: list[Request]) -> None:
         """Sample for `reqs` (rows of `logits` [B, V]), append, and retire whatever finished."""

@@ -139,14 +139,14 @@ class MegatronTrainer:
     # ----- log-probs ---------------------------------------------------------------------
     @torch.no_grad()
     def compute_log_prob(self, rollout_data: dict, indices: list[int], model=None, with_entropy=False,
-                         routing: str | None = None) -> dict | None:
+                         routing: str | None = None, micro_batches: list | None = None) -> dict | None:
         """Response log-probs (and entropy) of `indices` under `model` (default: the actor).
         Returns {sample index: tensor} on the last pipeline stage, None elsewhere. `routing`
         (with --use-routing-replay): "replay" rollout_data[REPLAY_KEY], "record" this pass's
-        routing into it, else the routers route themselves."""
+        routing into it, else the routers route themselves. `micro_batches`: those
+        `log_prob_micro_batches` built for `indices` and `routing` (reused across passes)."""
         model = model if model is not None else self.state.model[0]
-        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
-        mbs = self._micro_batches(rollout_data, indices, max_tokens, routing=routing)
+        mbs = micro_batches if micro_batches is not None else self.log_prob_micro_batches(rollout_data, indices, routing)
         loss_fn = partial(ts.log_prob_loss_fn, **self._logprob_kw(with_entropy))
         model.eval()
         outputs = ts.run_schedule([model], mbs, loss_fn, forward_only=True)
@@ -162,6 +162,11 @@ class MegatronTrainer:
                 if "entropy" in out:
                     result["entropy"][i] = out["entropy"][k]
         return result
+
+    def log_prob_micro_batches(self, rollout_data: dict, indices: list[int], routing: str | None = None) -> list:
+        """The packed micro-batches of the forward-only log-prob passes (--log-probs-max-tokens-per-gpu)."""
+        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
+        return self._micro_batches(rollout_data, indices, max_tokens, routing=routing)
 
     def _logprob_kw(self, with_entropy: bool) -> dict:
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
@@ -192,16 +197,20 @@ class MegatronTrainer:
         and the advantages read it)."""
         n = len(rollout_data["tokens"])
         routing = self._old_policy_routing(rollout_data)
+        old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
+        # packed once for both passes, unless routing replay attaches a different routing to each
+        share = old_pass and self.ref_model is not None and not self.args.use_routing_replay
+        mbs = self.log_prob_micro_batches(rollout_data, mine) if share else None
         if self.args.disable_compute_advantages_and_returns:
             pass
         elif self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
-            got = self.compute_log_prob(rollout_data, mine, routing=routing)
+            got = self.compute_log_prob(rollout_data, mine, routing=routing, micro_batches=mbs)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
         if self.ref_model is not None:
-            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model)
+            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
 

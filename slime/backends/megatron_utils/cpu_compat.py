@@ -128,6 +128,10 @@ _CUDA_TYPE_NAMES = {
 }
 
 
+# functions CudaToCpuMode rewrites whatever their keyword arguments
+_REWRITTEN = frozenset({torch.Tensor.cuda, torch.Tensor.type, torch.Tensor.to})
+
+
 class CudaToCpuMode(torch.overrides.TorchFunctionMode):
     """Torch function mode that runs CUDA-addressed calls on the CPU.
 
@@ -137,6 +141,9 @@ class CudaToCpuMode(torch.overrides.TorchFunctionMode):
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        # fast path (almost every op): nothing CUDA-specific to rewrite
+        if func not in _REWRITTEN and not (kwargs and "device" in kwargs):
+            return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.cuda:
             return args[0]

@@ -102,6 +102,14 @@ def pack_sequences(
     for i, (seq, resp) in enumerate(zip(sequences, response_lengths)):
         if not 0 < resp < len(seq):
             raise ValueError(f"sample {i}: response length {resp} must be in (0, {len(seq)}) (its total length)")
+    if cp_size == 1:
+        return _pack_whole(sequences, response_lengths, sample_ids, pad_to_multiple, device, min_length)
+    return _pack_split(sequences, response_lengths, sample_ids, pad_to_multiple, device, min_length, cp_rank, cp_size)
+
+
+def _pack_split(sequences, response_lengths, sample_ids, pad_to_multiple, device, min_length, cp_rank,
+                cp_size) -> PackedBatch:
+    """`pack_sequences` for any CP layout (each sample cut into this rank's zigzag chunks)."""
     rows, positions, picks, bounds = [], [], [], [0]
     row_offset = flat_offset = 0
     for seq, resp in zip(sequences, response_lengths):
@@ -135,6 +143,39 @@ def pack_sequences(
         target_ids=target_ids.to(device),
         flat_index=flat_index.to(device),
         cp_size=cp_size,
+    )
+
+
+def _pack_whole(sequences, response_lengths, sample_ids, pad_to_multiple, device, min_length) -> PackedBatch:
+    """`pack_sequences` without context parallelism, in plain Python lists and one tensor per
+    field (the same values as the general path; per-sample tensor ops are slow on CPU)."""
+    tokens, positions, bounds, logit_index, target_ids = [], [], [0], [], []
+    for seq, resp in zip(sequences, response_lengths):
+        start, first = len(tokens), len(seq) - resp - 1  # positions first .. len-2 predict the response
+        tokens.extend(seq)
+        positions.extend(range(len(seq)))
+        bounds.append(len(tokens))
+        logit_index.extend(range(start + first, start + len(seq) - 1))
+        target_ids.extend(seq[first + 1:])
+    used = len(tokens)
+    length = -(-max(used, min_length) // pad_to_multiple) * pad_to_multiple
+    if length > used:  # the end padding: one more segment, attending to itself only
+        bounds.append(length)
+        tokens.extend([0] * (length - used))
+        positions.extend(range(length - used))
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    return PackedBatch(
+        tokens=torch.tensor(tokens, dtype=torch.long, device=device).view(1, -1),
+        position_ids=torch.tensor(positions, dtype=torch.long, device=device).view(1, -1),
+        cu_seqlens=cu.to(device),
+        max_seqlen=max(b - a for a, b in zip(bounds, bounds[1:])),
+        total_lengths=[len(s) for s in sequences],
+        response_lengths=list(response_lengths),
+        sample_ids=list(sample_ids) if sample_ids is not None else list(range(len(sequences))),
+        logit_index=torch.tensor(logit_index, dtype=torch.long, device=device),
+        target_ids=torch.tensor(target_ids, dtype=torch.long, device=device),
+        flat_index=torch.arange(len(target_ids), dtype=torch.long, device=device),
+        cp_size=1,
     )
 
 

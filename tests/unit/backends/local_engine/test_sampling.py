@@ -49,3 +49,16 @@ def test_greedy_and_logprob_convention():
     assert logprobs[0] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
     # the logprob is under softmax(logits / T) before the top-k filter
     assert logprobs[1] == pytest.approx(float(torch.log_softmax(logits[1] / 0.5, -1)[0]))
+
+
+def test_unfiltered_rows_draw_what_the_filtered_path_draws():
+    """Rows without top-k / top-p / min-p skip the (identity) filter: same draws, same seeds."""
+    from slime.backends.local_engine.sampling import SamplingParams, _filter_probs, sample_next_tokens
+
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(1))
+    params = [SamplingParams(temperature=0.7)] * 6
+    got, _ = sample_next_tokens(logits, params, [torch.Generator().manual_seed(s) for s in range(6)])
+    probs = torch.log_softmax(logits / 0.7, dim=-1).exp()
+    want = [int(torch.multinomial(_filter_probs(probs[r], params[r]), 1, generator=torch.Generator().manual_seed(r))[0])
+            for r in range(6)]
+    assert got == want

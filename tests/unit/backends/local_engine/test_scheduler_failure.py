@@ -56,8 +56,10 @@ def serve(tiny_moe_hf):
 
 
 def _fail_forward_at(model, call: int) -> None:
-    """From now on, the `call`-th forward of `model` (1-based) raises."""
-    real, count = model.forward, [0]
+    """From now on, the `call`-th forward of `model` (1-based) raises. Counted at the input
+    embedding, where every forward starts: the HF forward (prefill) and the engine's own decode step."""
+    embedding = model.get_input_embeddings()
+    real, count = embedding.forward, [0]
 
     def forward(*args, **kwargs):
         count[0] += 1
@@ -65,7 +67,7 @@ def _fail_forward_at(model, call: int) -> None:
             raise RuntimeError("injected forward failure")
         return real(*args, **kwargs)
 
-    model.forward = forward
+    embedding.forward = forward
 
 
 def _generate(url, prompt):

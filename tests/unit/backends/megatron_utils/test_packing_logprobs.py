@@ -144,3 +144,20 @@ def test_non_finite_training_loss_stops_unless_disabled():
         train_loss_fn(mb, logits, check_finite=True, **kw)
     loss, _ = train_loss_fn(mb, logits, check_finite=False, **kw)
     assert loss.isnan()
+
+
+def test_whole_sample_packing_equals_the_general_path():
+    """Without CP, `pack_sequences` takes a list-based fast path: field for field the same batch
+    as the general (zigzag) path at cp_size 1, with and without end padding."""
+    from slime.backends.megatron_utils import packing
+
+    seqs = [[5, 6, 7, 8, 9], [1, 2, 3], [4, 4, 4, 4, 4, 4, 4]]
+    resp = [2, 1, 5]
+    for pad, min_length in ((1, 0), (4, 0), (1, 20)):
+        fast = packing.pack_sequences(seqs, resp, sample_ids=[7, 3, 9], pad_to_multiple=pad, min_length=min_length)
+        slow = packing._pack_split(seqs, resp, [7, 3, 9], pad, "cpu", min_length, 0, 1)
+        for name in ("tokens", "position_ids", "cu_seqlens", "logit_index", "target_ids", "flat_index"):
+            a, b = getattr(fast, name), getattr(slow, name)
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        for name in ("max_seqlen", "total_lengths", "response_lengths", "sample_ids", "cp_size"):
+            assert getattr(fast, name) == getattr(slow, name), name
