@@ -48,7 +48,8 @@ def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
 
 def hf_shape_args(hf_config: dict) -> dict[str, Any]:
     """{args dest: value} of every model-shape field in the tables above that ``hf_config`` has
-    (the first HF key present; MoE-only fields only for an MoE config). The one HF key -> Megatron
+    (the first HF key present; MoE-only fields only for an MoE config; the multi-latent attention
+    dims, instead of --kv-channels, for a config with ``kv_lora_rank``). The one HF key -> Megatron
     flag mapping: `check_hf_config` compares through the same tables, and each weight map's
     ``megatron_args`` starts from this dict and adds what its family implies."""
     out: dict[str, Any] = {}
@@ -57,6 +58,12 @@ def hf_shape_args(hf_config: dict) -> dict[str, Any]:
         value = _hf_value(hf_config, keys)[1]
         if value is not None and (moe or dest not in _MOE_ONLY) and (dest != "num_experts" or moe):
             out[dest] = int(value)
+    if hf_config.get("kv_lora_rank") is not None:  # multi-latent attention: no single head dim
+        out.pop("kv_channels", None)
+        for _flag, dest, keys in _MLA_FIELDS:
+            value = _hf_value(hf_config, keys)[1]
+            if value is not None:
+                out[dest] = int(value)
     for _flag, dest, keys in _FLOAT_FIELDS:
         value = _hf_value(hf_config, keys)[1]
         if value is not None:

@@ -17,7 +17,7 @@ from slime.backends.megatron_utils.model_provider import padded_vocab_size
 from slime.backends.megatron_utils.weight_maps import qwen3
 from slime.backends.megatron_utils.weight_maps import transforms as tf
 from slime.backends.megatron_utils.weight_maps.base import ConvertContext, Rule, WeightMap
-from slime.utils.arguments.hf_config import hf_num_experts
+from slime.utils.arguments.hf_config import hf_num_experts, hf_shape_args
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -121,10 +121,7 @@ def sigmoid_router_args(hf_config: dict) -> dict:
     if groups > 1 and topk != 2 * group_topk:
         raise ValueError(f"HF config n_group={groups}: megatron scores a group by its top "
                          f"num_experts_per_tok/topk_group={topk}/{group_topk} experts, transformers by its top 2")
-    out = dict(
-        num_experts=hf_num_experts(hf_config)[1],
-        moe_ffn_hidden_size=hf_config["moe_intermediate_size"],
-        moe_router_topk=topk,
+    out = dict(  # the expert count, top-k and expert FFN size come from `hf_shape_args`
         moe_layer_freq=moe_layer_pattern(hf_config),
         moe_router_score_function="sigmoid",
         moe_router_enable_expert_bias=hf_config.get("topk_method", "noaux_tc") == "noaux_tc",
@@ -157,20 +154,13 @@ def yarn_args(hf_config: dict) -> dict:
 
 
 def megatron_args(hf_config: dict) -> dict:
-    """Megatron-LM model-shape args (dest names) equivalent to a DeepSeek-V3 HF config."""
-    out = dict(
-        num_layers=hf_config["num_hidden_layers"],
-        hidden_size=hf_config["hidden_size"],
-        ffn_hidden_size=hf_config["intermediate_size"],
-        num_attention_heads=hf_config["num_attention_heads"],
+    """Megatron-LM model-shape args (dest names) equivalent to a DeepSeek-V3 HF config: the shared
+    HF key -> flag table (`hf_shape_args`, MLA dims included) plus what the family implies."""
+    out = hf_shape_args(hf_config)
+    out.setdefault("norm_epsilon", 1e-6)
+    out.update(
         multi_latent_attention=True,
-        q_lora_rank=hf_config.get("q_lora_rank"),
-        kv_lora_rank=hf_config["kv_lora_rank"],
-        qk_head_dim=hf_config["qk_nope_head_dim"],
-        qk_pos_emb_head_dim=hf_config["qk_rope_head_dim"],
-        v_head_dim=hf_config["v_head_dim"],
         normalization="RMSNorm",
-        norm_epsilon=hf_config.get("rms_norm_eps", 1e-6),
         position_embedding_type="rope",
         rotary_base=qwen3.rope_theta(hf_config),
         rotary_percent=1.0,
@@ -189,4 +179,4 @@ def megatron_args(hf_config: dict) -> dict:
                          "rotary layout only")
     out.update(yarn_args(hf_config))
     out.update(sigmoid_router_args(hf_config))
-    return {k: v for k, v in out.items() if v is not None}  # q_lora_rank None: no query down projection
+    return out  # no q_lora_rank: queries projected directly

@@ -11,7 +11,7 @@ builds and are not mapped.
 
 from slime.backends.megatron_utils.weight_maps import deepseek_v3, qwen3
 from slime.backends.megatron_utils.weight_maps.base import Rule, WeightMap
-from slime.utils.arguments.hf_config import hf_num_experts
+from slime.utils.arguments.hf_config import hf_num_experts, hf_shape_args
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -60,17 +60,15 @@ def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1)
 
 
 def megatron_args(hf_config: dict) -> dict:
-    """Megatron-LM model-shape args (dest names) equivalent to a GLM-4.5 MoE HF config."""
-    out = dict(
-        num_layers=hf_config["num_hidden_layers"],
-        hidden_size=hf_config["hidden_size"],
-        ffn_hidden_size=hf_config["intermediate_size"],
-        num_attention_heads=hf_config["num_attention_heads"],
+    """Megatron-LM model-shape args (dest names) equivalent to a GLM-4.5 MoE HF config: the shared
+    HF key -> flag table (`hf_shape_args`) plus what the family implies."""
+    out = hf_shape_args(hf_config)
+    out.setdefault("norm_epsilon", 1e-5)
+    out.update(
         group_query_attention=True,
         num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
         kv_channels=qwen3.head_dim(hf_config),
         normalization="RMSNorm",
-        norm_epsilon=hf_config.get("rms_norm_eps", 1e-5),
         position_embedding_type="rope",
         rotary_base=qwen3.rope_theta(hf_config),
         rotary_percent=partial_rotary_factor(hf_config),
