@@ -243,6 +243,35 @@ def get_advantages_and_returns_batch(
     return [a for a, _ in pairs], [r for _, r in pairs]
 
 
+def _gae_deltas(rewards: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if rewards.shape != values.shape or rewards.dim() != 2:
+        raise ValueError(f"GAE needs rewards and values of one [batch, T] shape, got {tuple(rewards.shape)} "
+                         f"and {tuple(values.shape)}")
+    values = values.float()
+    next_values = torch.cat([values[:, 1:], values.new_zeros(values.shape[0], 1)], dim=1)
+    return rewards.float() - values, next_values
+
+
+def vanilla_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """slime's padded-batch GAE: rewards, values [batch, T] (zeros past each response, so V after
+    the last token is 0) -> (advantages, returns) [batch, T], token by token backwards; the numbers
+    of `get_advantages_and_returns` on each unpadded row."""
+    base, next_values = _gae_deltas(rewards, values)
+    deltas = base + gamma * next_values
+    advantages = torch.stack([_discounted_cumsum(row, gamma * lambd) for row in deltas]) if len(deltas) else deltas
+    return advantages, advantages + values.float()
+
+
+def chunked_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float, chunk_size: int = 128
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`vanilla_gae` computed `chunk_size` tokens at a time (`chunked_discounted_returns` of the
+    TD errors with discount gamma * lambd); the same numbers up to fp32 rounding."""
+    base, next_values = _gae_deltas(rewards, values)
+    advantages = chunked_discounted_returns(base + gamma * next_values, gamma * lambd, chunk_size)
+    return advantages, advantages + values.float()
+
+
 def chunked_discounted_returns(rewards: torch.Tensor, discount: float, chunk_size: int = 128) -> torch.Tensor:
     """G_t = r_t + discount * G_{t+1} along the last dim of `rewards` ([..., T]), in fp32.
 

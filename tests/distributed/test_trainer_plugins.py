@@ -52,7 +52,6 @@ def test_custom_and_sft_loss_train(loss_flags, tiny_moe_hf, tmp_path, monkeypatc
     flags = loss_flags + ["--custom-megatron-before-log-prob-hook-path", f"{P}.before_log_prob"]
     runs = train_metrics(tiny_moe_hf, 1, flags, tmp_path, rollouts=2, tag=loss_flags[1])
     assert runs[1]["train/loss"] < runs[0]["train/loss"]  # the loss on a fixed batch goes down
-    if "custom_loss" in loss_flags:
     passes = [(e["store_prefix"], e["chunks"]) for e in seen() if e["hook"] == "before_log_prob"]
     assert passes == [("", 1), ("", 1)]  # the old-policy pass of each rollout (no reference model)
     if "custom_loss" in loss_flags:
