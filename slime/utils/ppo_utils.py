@@ -329,6 +329,27 @@ def compute_gspo_kl(
     return torch.cat([kl[:1].expand_as(local) for kl, local in zip(seq_kl, local_log_probs)], dim=0)
 
 
+def compute_opsm_mask(args, full_log_probs: list[torch.Tensor], full_old_log_probs: list[torch.Tensor],
+                      advantages: torch.Tensor, loss_masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Off-policy sequence masking (DeepSeek-V3.2's OPSM): a token is dropped (mask 0) when its
+    advantage is negative and its sample's mean masked KL(old || current),
+    sum(m * (old - new)) / max(sum(m), 1), exceeds `args.opsm_delta`.
+
+    Per-sample whole-response tensors in, `advantages` flat [sum of response lengths]. Returns
+    (flat 0/1 mask like `advantages`, scalar fraction of samples over the threshold)."""
+    delta = getattr(args, "opsm_delta", None)
+    if delta is None:
+        raise ValueError("compute_opsm_mask needs args.opsm_delta (not a flag here: set it with --custom-config-path)")
+    seq_kl = torch.stack([((old - new) * m).sum() / m.sum().clamp_min(1)
+                          for new, old, m in zip(full_log_probs, full_old_log_probs, loss_masks, strict=True)])
+    over = seq_kl > float(delta)
+    per_token = torch.cat([flag.expand(len(m)) for flag, m in zip(over, loss_masks)]).to(advantages.device)
+    if per_token.numel() != advantages.numel():
+        raise ValueError(f"advantages has {advantages.numel()} tokens, the loss masks {per_token.numel()}")
+    mask = (~(per_token & (advantages < 0))).to(advantages.dtype)
+    return mask, over.float().mean()
+
+
 def compute_cispo_loss(
     ppo_kl: torch.Tensor,
     log_probs: torch.Tensor,
