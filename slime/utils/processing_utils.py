@@ -19,10 +19,7 @@ def load_processor(name_or_path: str, **kwargs):
     raises, since multimodal prompts are not implemented."""
     from transformers import AutoProcessor, PreTrainedTokenizerBase
 
-    try:
-        processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)
-    except (OSError, ValueError):  # no processor files at all: a text checkpoint
-        return None
+    processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)  # a missing checkpoint raises
     if isinstance(processor, PreTrainedTokenizerBase):
         return None
     raise NotImplementedError(f"{name_or_path} has a multimodal processor ({type(processor).__name__}); "

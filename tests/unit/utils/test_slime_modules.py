@@ -33,8 +33,10 @@ def test_multi_turn_loss_mask_generator_is_the_chat_template_mask(tiny_dense_hf)
         MultiTurnLossMaskGenerator(tokenizer, tokenizer_type="llama")
 
 
-def test_load_processor_is_none_for_a_text_model(tiny_dense_hf):
+def test_load_processor_is_none_for_a_text_model(tiny_dense_hf, tmp_path):
     assert load_processor(str(tiny_dense_hf)) is None
+    with pytest.raises(OSError):
+        load_processor(str(tmp_path / "missing"))
 
 
 class _Echo(BaseHTTPRequestHandler):
