@@ -151,6 +151,7 @@ def policy_loss(
     kl_loss_type: str = "k1", entropy: Tensor | None = None, entropy_coef: float = 0.0,
     rollout_log_probs: Tensor | None = None, use_tis: bool = False, tis_clip: float = 2.0,
     tis_clip_low: float = 0.0, tis_function: Callable | None = None, per_token: bool = False,
+    pg_loss_reducer: Callable | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy loss of one micro-batch: reduce(pg) - entropy_coef * reduce(H) + kl_loss_coef * reduce(KL).
 
@@ -160,7 +161,9 @@ def policy_loss(
     ppo_utils.compute_gspo_kl). `use_tis` weights the per-token loss by truncated exp(old -
     rollout); with it, a `tis_function(pg_loss=, train_log_probs=, rollout_log_probs=, loss_masks=,
     response_lengths=, total_lengths=) -> (pg_loss, loss_masks, metrics)` replaces that, and the
-    masks it returns drive every reduction (without `use_tis` it is not called, as in slime). Returns (scalar loss, detached scalar metrics pg_loss,
+    masks it returns drive every reduction (without `use_tis` it is not called, as in slime).
+    `pg_loss_reducer(total_lengths, response_lengths, masks, per_token) -> reducer` (slime's
+    --custom-pg-loss-reducer-function-path factory) reduces the pg_loss alone. Returns (scalar loss, detached scalar metrics pg_loss,
     pg_clipfrac, ppo_kl and, as applicable, kl_loss, entropy_loss, tis, tis_clipfrac,
     train_rollout_logprob_abs_diff).
     """
@@ -181,7 +184,8 @@ def policy_loss(
             tis_clip_low=tis_clip_low, tis_function=tis_function,
         )
     reduce = get_sum_of_sample_mean(total_lengths, response_lengths, masks, per_token)
-    metrics = {"pg_loss": reduce(pg_losses), "pg_clipfrac": reduce(clipfrac), "ppo_kl": reduce(ppo_kl)}
+    pg_reduce = pg_loss_reducer(total_lengths, list(response_lengths), masks, per_token) if pg_loss_reducer else reduce
+    metrics = {"pg_loss": pg_reduce(pg_losses), "pg_clipfrac": reduce(clipfrac), "ppo_kl": reduce(ppo_kl)}
     metrics.update({name: reduce(value) for name, value in token_metrics.items()})
     if rollout_log_probs is not None:
         metrics["train_rollout_logprob_abs_diff"] = reduce((old_log_probs - rollout_log_probs).abs())
@@ -277,7 +281,19 @@ def _policy_options(args) -> dict:
         "tis_clip_low": args.tis_clip_low,
         "tis_function": _custom_tis(args),
         "per_token": args.calculate_per_token_loss,
+        "pg_loss_reducer": _custom_pg_reducer(args),
     }
+
+
+def _custom_pg_reducer(args) -> Callable | None:
+    """`--custom-pg-loss-reducer-function-path`: the factory, its reducer's result checked."""
+    path = getattr(args, "custom_pg_loss_reducer_function_path", None)
+    if not path:
+        return None
+    from slime.utils.misc import load_function
+    from slime.utils.plugins import call_pg_loss_reducer_factory
+
+    return functools.partial(call_pg_loss_reducer_factory, load_function(path))
 
 
 def _custom_tis(args) -> Callable | None:
@@ -311,7 +327,8 @@ def loss_options_from_args(loss_type: str, args) -> dict:
 
     policy_loss reads args.advantage_estimator, eps_clip, eps_clip_high, eps_clip_c, use_kl_loss,
     kl_loss_coef, kl_loss_type, entropy_coef, use_tis, tis_clip, tis_clip_low,
-    custom_tis_function_path (loaded and bound to args), calculate_per_token_loss; value_loss reads value_clip, calculate_per_token_loss; sft_loss reads
+    custom_tis_function_path (loaded and bound to args), calculate_per_token_loss,
+    custom_pg_loss_reducer_function_path (loaded); value_loss reads value_clip, calculate_per_token_loss; sft_loss reads
     calculate_per_token_loss.
     """
     get_loss_function(loss_type)

@@ -1,6 +1,6 @@
 """Small helpers shared across slime: loading user functions from dotted paths, signature checks.
 
-`load_function` is part of the slime compatibility surface (`slime.utils.misc.load_function`).
+`load_function` and `SingletonMeta` are part of the slime compatibility surface (`slime.utils.misc`).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import threading
 from typing import Any, Callable
 
 
@@ -132,3 +133,21 @@ def decode_int32_meta_array(meta_info: dict, keys) -> list[int] | None:
             value = value.detach().cpu().numpy()
         return np.asarray(value, dtype=np.int64).reshape(-1).tolist()
     return None
+
+
+class SingletonMeta(type):
+    """slime's metaclass for one instance per class: the first call constructs it, later calls
+    (whatever their arguments) return that instance. `SingletonMeta.clear(cls)` forgets it."""
+
+    _instances: dict = {}
+    _lock = threading.Lock()
+
+    def __call__(cls, *args, **kwargs):
+        with SingletonMeta._lock:
+            if cls not in SingletonMeta._instances:
+                SingletonMeta._instances[cls] = super().__call__(*args, **kwargs)
+            return SingletonMeta._instances[cls]
+
+    @staticmethod
+    def clear(cls) -> None:
+        SingletonMeta._instances.pop(cls, None)

@@ -43,6 +43,12 @@ PLUGIN_FLAGS: dict[str, str] = {
     " (sets rollout_data['advantages'] and ['returns'])",
     "custom_tis_function_path": "fn(*, args, pg_loss, train_log_probs, rollout_log_probs,"
     " loss_masks, total_lengths, response_lengths) -> (pg_loss, masks, metrics); with --use-tis",
+    "custom_pg_loss_reducer_function_path": "factory(total_lengths, response_lengths, loss_masks,"
+    " calculate_per_token_loss) -> reducer(x) -> scalar; reduces the pg_loss only",
+    "custom_megatron_before_log_prob_hook_path": "fn(args, model, store_prefix) -> None;"
+    " store_prefix '' (old policy) or 'ref_' (reference)",
+    "custom_update_weight_post_write_path": "hook(args, version_dir, rollout_engines) -> None;"
+    " after a disk weight write, before the engines load it",
     "custom_model_provider_path": "fn(pre_process, post_process, vp_stage=None) -> GPTModel",
     "custom_megatron_init_path": "fn(args) -> None",
     "custom_megatron_before_train_step_hook_path": "fn(args, rollout_id, step_id, model,"
@@ -343,6 +349,38 @@ def call_before_train_step_hook(
     out = fn(args, rollout_id, step_id, model, optimizer, opt_param_scheduler)
     if out is not None:
         raise _bad("custom_megatron_before_train_step_hook_path", fn, "None", out)
+
+
+def call_pg_loss_reducer_factory(fn: Callable, total_lengths, response_lengths, loss_masks,
+                                 calculate_per_token_loss: bool) -> Callable:
+    """Call the `--custom-pg-loss-reducer-function-path` factory with slime's positional arguments;
+    returns its reducer, wrapped so that a non-scalar result raises a TypeError naming the flag."""
+    dest = "custom_pg_loss_reducer_function_path"
+    reducer = fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)
+    if not callable(reducer):
+        raise _bad(dest, fn, "a reducer callable", reducer)
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        out = reducer(x)
+        if not isinstance(out, torch.Tensor) or out.numel() != 1:
+            raise _bad(dest, fn, "a reducer returning a scalar tensor", out)
+        return out
+
+    return reduce
+
+
+def call_before_log_prob_hook(fn: Callable, args, model, store_prefix: str) -> None:
+    """Call `--custom-megatron-before-log-prob-hook-path` before a log-prob pass."""
+    out = fn(args, model, store_prefix)
+    if out is not None:
+        raise _bad("custom_megatron_before_log_prob_hook_path", fn, "None", out)
+
+
+def call_update_weight_post_write(fn: Callable, args, version_dir: str, rollout_engines) -> None:
+    """Call `--custom-update-weight-post-write-path` after the weights are written to disk."""
+    out = fn(args, version_dir, rollout_engines)
+    if out is not None:
+        raise _bad("custom_update_weight_post_write_path", fn, "None", out)
 
 
 _DATA_SOURCE_METHODS = ("get_samples", "add_samples", "save", "load", "__len__")

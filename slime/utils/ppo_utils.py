@@ -243,6 +243,35 @@ def get_advantages_and_returns_batch(
     return [a for a, _ in pairs], [r for _, r in pairs]
 
 
+def _gae_deltas(rewards: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if rewards.shape != values.shape or rewards.dim() != 2:
+        raise ValueError(f"GAE needs rewards and values of one [batch, T] shape, got {tuple(rewards.shape)} "
+                         f"and {tuple(values.shape)}")
+    values = values.float()
+    next_values = torch.cat([values[:, 1:], values.new_zeros(values.shape[0], 1)], dim=1)
+    return rewards.float() - values, next_values
+
+
+def vanilla_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """slime's padded-batch GAE: rewards, values [batch, T] (zeros past each response, so V after
+    the last token is 0) -> (advantages, returns) [batch, T], token by token backwards; the numbers
+    of `get_advantages_and_returns` on each unpadded row."""
+    base, next_values = _gae_deltas(rewards, values)
+    deltas = base + gamma * next_values
+    advantages = torch.stack([_discounted_cumsum(row, gamma * lambd) for row in deltas]) if len(deltas) else deltas
+    return advantages, advantages + values.float()
+
+
+def chunked_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float, chunk_size: int = 128
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`vanilla_gae` computed `chunk_size` tokens at a time (`chunked_discounted_returns` of the
+    TD errors with discount gamma * lambd); the same numbers up to fp32 rounding."""
+    base, next_values = _gae_deltas(rewards, values)
+    advantages = chunked_discounted_returns(base + gamma * next_values, gamma * lambd, chunk_size)
+    return advantages, advantages + values.float()
+
+
 def chunked_discounted_returns(rewards: torch.Tensor, discount: float, chunk_size: int = 128) -> torch.Tensor:
     """G_t = r_t + discount * G_{t+1} along the last dim of `rewards` ([..., T]), in fp32.
 
@@ -298,6 +327,27 @@ def compute_gspo_kl(
     per_sample = [old - new for new, old in zip(full_log_probs, full_old_log_probs)]
     seq_kl = compute_sequence_level_ppo_kl(per_sample, loss_masks)
     return torch.cat([kl[:1].expand_as(local) for kl, local in zip(seq_kl, local_log_probs)], dim=0)
+
+
+def compute_opsm_mask(args, full_log_probs: list[torch.Tensor], full_old_log_probs: list[torch.Tensor],
+                      advantages: torch.Tensor, loss_masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Off-policy sequence masking (DeepSeek-V3.2's OPSM): a token is dropped (mask 0) when its
+    advantage is negative and its sample's mean masked KL(old || current),
+    sum(m * (old - new)) / max(sum(m), 1), exceeds `args.opsm_delta`.
+
+    Per-sample whole-response tensors in, `advantages` flat [sum of response lengths]. Returns
+    (flat 0/1 mask like `advantages`, scalar fraction of samples over the threshold)."""
+    delta = getattr(args, "opsm_delta", None)
+    if delta is None:
+        raise ValueError("compute_opsm_mask needs args.opsm_delta (not a flag here: set it with --custom-config-path)")
+    seq_kl = torch.stack([((old - new) * m).sum() / m.sum().clamp_min(1)
+                          for new, old, m in zip(full_log_probs, full_old_log_probs, loss_masks, strict=True)])
+    over = seq_kl > float(delta)
+    per_token = torch.cat([flag.expand(len(m)) for flag, m in zip(over, loss_masks)]).to(advantages.device)
+    if per_token.numel() != advantages.numel():
+        raise ValueError(f"advantages has {advantages.numel()} tokens, the loss masks {per_token.numel()}")
+    mask = (~(per_token & (advantages < 0))).to(advantages.dtype)
+    return mask, over.float().mean()
 
 
 def compute_cispo_loss(

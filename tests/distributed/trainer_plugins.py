@@ -49,3 +49,16 @@ def loss(args, batch, logits, sum_of_sample_mean):
 def before_step(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
     """--custom-megatron-before-train-step-hook-path: step_id counts within the rollout (slime)."""
     _record(hook="before_step", rollout_id=rollout_id, step_id=step_id)
+
+
+def pg_reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
+    """--custom-pg-loss-reducer-function-path: slime's default reducer, built at slime's path."""
+    from slime.backends.megatron_utils.cp_utils import get_sum_of_sample_mean
+
+    _record(hook="pg_reducer", samples=len(response_lengths), per_token=calculate_per_token_loss)
+    return get_sum_of_sample_mean(total_lengths, response_lengths, loss_masks, None, calculate_per_token_loss)
+
+
+def before_log_prob(args, model, store_prefix):
+    """--custom-megatron-before-log-prob-hook-path: once per log-prob pass, with the model chunks."""
+    _record(hook="before_log_prob", store_prefix=store_prefix, chunks=len(model))

@@ -48,6 +48,7 @@ REFUSED = {
 # Whole effect at parse time or outside slime's code (dest -> why nothing else reads it).
 PARSE_TIME_ONLY = {
     "sglang_config": "its YAML items are merged into argv as --sglang-* flags before parsing",
+    "custom_config_path": "its YAML keys are set on args after parsing, before validation",
     "model_name": "checked against the HF config's architectures at parse time (the converter comes from them)",
     "add_position_embedding": "Megatron-LM's legacy switch: accepted only where it changes nothing, else refused",
     "post_self_attn_layernorm": "read by the user's --spec function (which gets args), not by slime",

@@ -22,8 +22,8 @@ from slime.backends.megatron_utils import routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.packing import local_row_length
-from slime.utils.plugins import (call_before_train_step_hook, call_custom_advantage, call_custom_loss,
-                                 call_rollout_data_postprocess)
+from slime.utils.plugins import (call_before_log_prob_hook, call_before_train_step_hook, call_custom_advantage,
+                                 call_custom_loss, call_rollout_data_postprocess)
 from slime.utils.advantages import (advantage_options_from_args, compute_advantages_and_returns, masked_moments,
                                     whiten_from_moments)
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
@@ -66,6 +66,8 @@ class MegatronTrainer:
         self._hook = load_function(args.custom_megatron_before_train_step_hook_path) \
             if args.custom_megatron_before_train_step_hook_path else None
         self._custom_loss = load_function(args.custom_loss_function_path) if args.loss_type == "custom_loss" else None
+        self._log_prob_hook = load_function(args.custom_megatron_before_log_prob_hook_path) \
+            if args.custom_megatron_before_log_prob_hook_path else None
         self.step_id = 0
 
     # ----- data split -------------------------------------------------------------------
@@ -194,7 +196,8 @@ class MegatronTrainer:
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
-        and the advantages read it)."""
+        and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
+        pass that runs: store_prefix "" (old policy, the actor's chunks) or "ref_" ([reference])."""
         n = len(rollout_data["tokens"])
         routing = self._old_policy_routing(rollout_data)
         old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
@@ -206,13 +209,19 @@ class MegatronTrainer:
         elif self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
         else:
+            self._before_log_prob("", self.state.model)
             got = self.compute_log_prob(rollout_data, mine, routing=routing, micro_batches=mbs)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
         if self.ref_model is not None:
+            self._before_log_prob("ref_", [self.ref_model])
             got = self.compute_log_prob(rollout_data, mine, model=self.ref_model, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+
+    def _before_log_prob(self, store_prefix: str, model: list) -> None:
+        if getattr(self, "_log_prob_hook", None) is not None:
+            call_before_log_prob_hook(self._log_prob_hook, self.args, model, store_prefix)
 
     # ----- advantages ----------------------------------------------------------------------
     def _fill_advantages(self, rollout_data: dict, mine: list[int]) -> None:

@@ -107,13 +107,13 @@ def chunked_log_probs(
 
 
 def gather_context_parallel(values: torch.Tensor, flat_index: torch.Tensor, total: int, cp_group=None) -> torch.Tensor:
-    """values [R] at flat positions `flat_index` (this CP rank's share) -> the whole [total] vector.
+    """values [R, ...] at flat positions `flat_index` (this CP rank's share) -> the whole [total, ...] tensor.
 
     The CP ranks' positions are disjoint and cover 0..total-1, so the vector is an all-reduced
     sum. Every CP rank then computes the same loss from it, so the backward keeps each rank's
     gradient for its own positions (no second reduction): the pipeline schedule multiplies the
     loss by the CP size and DDP averages gradients over data x context parallel, which together
     give the unsplit gradient."""
-    full = values.new_zeros(total).index_put((flat_index,), values)
+    full = values.new_zeros((total, *values.shape[1:])).index_put((flat_index,), values)
     _, size = _tp(cp_group)
     return _sum(full, cp_group, size)

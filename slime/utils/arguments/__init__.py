@@ -19,6 +19,7 @@ from slime.utils.arguments import (
     checkpoint,
     cluster,
     critic,
+    custom_config,
     data,
     debug,
     features,
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
     debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain,
-    sglang,
+    sglang, custom_config,
 )
 ENTRIES = ("train", "train_async")
 
@@ -75,12 +76,15 @@ def validate_args(args: argparse.Namespace) -> list[str]:
 def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.Namespace:
     """Parse ``argv`` (None: sys.argv[1:]) for ``entry``, validate, log the warnings.
 
-    ``--sglang-config YAML`` items are merged into ``argv`` first (``sglang.expand_sglang_config``).
+    ``--sglang-config YAML`` items are merged into ``argv`` first (``sglang.expand_sglang_config``);
+    ``--custom-config-path YAML`` keys override the parsed values before validation.
     Returns the namespace with ``args.entry`` and ``args.warnings`` (list of str) set.
     Unknown flags exit through argparse naming the flag; invalid combinations raise ArgumentError.
     """
     argv = sglang.expand_sglang_config(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser(entry).parse_args(argv)
+    parser = build_parser(entry)
+    args = parser.parse_args(argv)
+    custom_config.apply_custom_config(args, parser)
     args.warnings = validate_args(args)
     for warning in args.warnings:
         log.warning("%s", warning)

@@ -62,6 +62,9 @@ def _add_correction(group) -> None:
     group.add_argument("--custom-tis-function-path", type=str, default=None,
                        help="fn(args=, pg_loss=, train_log_probs=, rollout_log_probs=, loss_masks=, "
                        "total_lengths=, response_lengths=) -> (pg_loss, masks, metrics); used with --use-tis.")
+    group.add_argument("--custom-pg-loss-reducer-function-path", type=str, default=None,
+                       help="factory(total_lengths, response_lengths, loss_masks, calculate_per_token_loss) -> "
+                       "reducer; reduces the policy-gradient loss in place of the sum of sample means.")
 
 
 LOSS_MASK_TYPES = ("qwen", "qwen3", "distill_qwen")

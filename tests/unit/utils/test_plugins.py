@@ -38,6 +38,8 @@ def test_plugin_flags_cover_every_documented_plugin_point():
         "custom_megatron_before_train_step_hook_path", "rollout_sample_hook_path",
         "rollout_sample_filter_path", "rollout_all_samples_process_path", "custom_rollout_log_function_path",
         "custom_eval_rollout_log_function_path",
+        "custom_pg_loss_reducer_function_path", "custom_megatron_before_log_prob_hook_path",
+        "custom_update_weight_post_write_path",
     }
 
 

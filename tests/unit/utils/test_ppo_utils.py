@@ -253,3 +253,38 @@ def test_get_advantages_and_returns_batch_is_per_sample_gae():
     one_adv, one_ret = ppo_utils.get_advantages_and_returns(4, 2, values[0], rewards[0], 1.0, 1.0)
     _close(adv[0], one_adv.tolist())
     _close(ret[1], [2.0])
+
+
+def test_vanilla_and_chunked_gae_match_per_sample_gae_on_a_padded_batch():
+    lengths, gamma, lambd = [5, 3], 0.9, 0.8
+    values = [torch.tensor([0.5, -1.0, 2.0, 0.25, 1.5]), torch.tensor([1.0, 0.0, -0.5])]
+    rewards = [torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]), torch.tensor([0.0, 0.5, -1.0])]
+    pad = lambda rows: torch.stack([torch.nn.functional.pad(r, (0, 5 - len(r))) for r in rows])  # noqa: E731
+    for adv, ret in (ppo_utils.vanilla_gae(pad(rewards), pad(values), gamma, lambd),
+                     ppo_utils.chunked_gae(pad(rewards), pad(values), gamma, lambd, chunk_size=2)):
+        for i, n in enumerate(lengths):
+            want_adv, want_ret = ppo_utils.get_advantages_and_returns(n + 2, n, values[i], rewards[i], gamma, lambd)
+            _close(adv[i, :n], want_adv.tolist(), atol=1e-5)
+            _close(ret[i, :n], want_ret.tolist(), atol=1e-5)
+    # by hand, one token: A = r - V; two tokens: A_0 = r_0 + g V_1 - V_0 + g l (r_1 - V_1)
+    adv, ret = ppo_utils.vanilla_gae(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.25]]), gamma, lambd)
+    _close(adv[0], [0.0 + 0.9 * 0.25 - 0.5 + 0.72 * 0.75, 0.75], atol=1e-6)
+    with pytest.raises(ValueError, match="one \\[batch, T\\] shape"):
+        ppo_utils.chunked_gae(torch.zeros(2, 3), torch.zeros(2, 4), gamma, lambd)
+
+
+def test_compute_opsm_mask_drops_negative_advantages_of_far_off_policy_samples():
+    from types import SimpleNamespace
+
+    new = [torch.tensor([-1.0, -1.0]), torch.tensor([-1.0, -1.0, -1.0])]
+    # sample 0: mean masked KL (old - new) = (0.5 + 0.1) / 2 = 0.3; sample 1 (last token masked) = 0.05
+    old = [torch.tensor([-0.5, -0.9]), torch.tensor([-0.95, -0.95, 5.0])]
+    masks = [torch.ones(2), torch.tensor([1.0, 1.0, 0.0])]
+    adv = torch.tensor([-1.0, 2.0, -1.0, -1.0, 3.0])
+    mask, frac = ppo_utils.compute_opsm_mask(SimpleNamespace(opsm_delta=0.2), new, old, adv, masks)
+    _close(mask, [0.0, 1.0, 1.0, 1.0, 1.0])  # only sample 0 is over 0.2, and only its negative token goes
+    _close(frac, 0.5)
+    mask, frac = ppo_utils.compute_opsm_mask(SimpleNamespace(opsm_delta=0.01), new, old, adv, masks)
+    _close(mask, [0.0, 1.0, 0.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="opsm_delta"):
+        ppo_utils.compute_opsm_mask(SimpleNamespace(), new, old, adv, masks)

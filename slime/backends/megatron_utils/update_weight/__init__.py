@@ -71,10 +71,23 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
         extra = {"gpus_per_engine": args.rollout_num_gpus_per_engine}
     if kind == "disk":
         extra = {"directory": disk_dir or os.path.join(tempfile.gettempdir(), "slime_weight_sync"),
-                 "hf_checkpoint": args.hf_checkpoint}
+                 "hf_checkpoint": args.hf_checkpoint, "post_write": _post_write_hook(args)}
     sender = SENDERS[kind](engine_urls, buckets, role=role, **extra)
     sender.connect()
     return sender
+
+
+def _post_write_hook(args):
+    """`--custom-update-weight-post-write-path` bound to `args`: hook(args, version_dir, engine_urls)."""
+    path = getattr(args, "custom_update_weight_post_write_path", None)
+    if not path:
+        return None
+    from functools import partial
+
+    from slime.utils.misc import load_function
+    from slime.utils.plugins import call_update_weight_post_write
+
+    return partial(call_update_weight_post_write, load_function(path), args)
 
 
 __all__ = ["SENDERS", "TrainerRole", "UpdateWeightFromDisk", "UpdateWeightFromDistributed",

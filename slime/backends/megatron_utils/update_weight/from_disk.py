@@ -3,7 +3,8 @@
 Owns `UpdateWeightFromDisk`. The leader empties `directory` while the engines are paused; each
 sending rank (one per pipeline stage) writes its buckets as `model-<stage>-<n>.safetensors`; the
 leader then writes `model.safetensors.index.json` (names read back from the files' headers), copies
-config / tokenizer files from `hf_checkpoint`, and POSTs /update_weights_from_disk to every engine.
+config / tokenizer files from `hf_checkpoint`, calls `post_write(directory, engine_urls)` if given
+(slime's --custom-update-weight-post-write-path, bound to args by `build_weight_sender`), and POSTs /update_weights_from_disk to every engine.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from slime.backends.megatron_utils.hf_io import AUX_FILES, INDEX_FILE
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender
@@ -23,9 +25,10 @@ class UpdateWeightFromDisk(WeightSender):
     """Disk sender; `directory` must be the same path for the trainer ranks and the engines."""
 
     def __init__(self, engine_urls, buckets, directory, hf_checkpoint, role: TrainerRole = TrainerRole(),
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, post_write: Callable[[str, list], None] | None = None) -> None:
         super().__init__(engine_urls, buckets, role, timeout)
         self.directory, self.hf_checkpoint = Path(directory), Path(hf_checkpoint)
+        self.post_write = post_write
         self._files = 0
 
     def before_send(self, version: str) -> None:
@@ -58,6 +61,8 @@ class UpdateWeightFromDisk(WeightSender):
         for aux in AUX_FILES:
             if (self.hf_checkpoint / aux).is_file():
                 shutil.copyfile(self.hf_checkpoint / aux, self.directory / aux)
+        if self.post_write is not None:
+            self.post_write(str(self.directory), list(self.engine_urls))
         self.on_engines(lambda c, _i: c.update_weights_from_disk(str(self.directory), weight_version=version))
 
 

@@ -1,0 +1,32 @@
+"""slime's `async_utils.run`: run a coroutine to completion from synchronous code.
+
+The coroutines run on one event loop in a background thread (`AsyncLoopThread`, created on first
+use), so async clients that keep a session across calls work, and `run` may be called from a
+thread that already runs an event loop (it blocks that thread until the result is there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Coroutine
+
+from slime.utils.misc import SingletonMeta
+
+
+class AsyncLoopThread(metaclass=SingletonMeta):
+    """One event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="slime-async-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine) -> Any:
+        """The coroutine's result (its exception is raised here)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+def run(coro: Coroutine) -> Any:
+    """Run `coro` on the shared background loop and return its result."""
+    return AsyncLoopThread().run(coro)
