@@ -11,9 +11,10 @@
 # TASK=parity_twice picks the multi-token task: "<n> mod 2 twice" -> "00"/"11" and then <|im_end|>
 # (3 response tokens, the limit), scored by the `char_match` reward (for a finished response,
 # credit per character and for stopping right after the answer; a response cut at the limit
-# scores 0; a random model scores about 1/400), with two optimizer steps per rollout
-# (--global-batch-size 128), NUM_ROLLOUT 120 and LR 3e-3 by default; outputs in
-# runs/tiny-moe-cpu-parity_twice. See README ("multi-token task") for what was seen.
+# scores 0; a random model scores about 0.003), --rollout-skip-special-tokens (the response text
+# without <|im_end|>), NUM_ROLLOUT 150 and LR 2e-3 by default; outputs in
+# runs/tiny-moe-cpu-parity_twice. Seen: the stop is learnt (no cut responses from rollout ~70), mean
+# reward ~0.67-0.79 after that (one answer for most prompts), not 0.9; see README ("multi-token task").
 #
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
@@ -46,7 +47,7 @@ case "${TASK}" in
    parity) RM_TYPE=math; MAX_RESPONSE_LEN=1; DEFAULT_RUN_DIR=runs/tiny-moe-cpu
       DEFAULT_NUM_ROLLOUT=80; DEFAULT_LR=2e-3 ;;
    parity_twice) RM_TYPE=char_match; MAX_RESPONSE_LEN=3; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-parity_twice
-      DEFAULT_NUM_ROLLOUT=120; DEFAULT_LR=3e-3; DEFAULT_GLOBAL_BATCH=128 ;;
+      DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=2e-3 ;;
    *) echo "TASK=${TASK}: expected parity or parity_twice" >&2; exit 2 ;;
 esac
 MODEL_VARIANT=${MODEL_VARIANT:-moe}
@@ -57,8 +58,6 @@ case "${MODEL_VARIANT}" in
    glm4_moe) MODEL_SCRIPT=glm4.5-tiny.sh; DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-glm4_moe-cpu} ;;
    *) echo "MODEL_VARIANT=${MODEL_VARIANT}: expected moe, deepseek_v3 or glm4_moe" >&2; exit 2 ;;
 esac
-# one optimizer step per rollout (256 samples) unless the task asks for two
-GLOBAL_BATCH=${DEFAULT_GLOBAL_BATCH:-256}
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}
@@ -115,7 +114,8 @@ ROLLOUT_ARGS=(
    --rollout-temperature 1.0
    # the response text without <|im_end|>'s text, so char_match sees where the answer ends
    --rollout-skip-special-tokens
-   --global-batch-size "${GLOBAL_BATCH}"
+   # one optimizer step per rollout
+   --global-batch-size 256
 )
 
 EVAL_ARGS=(

@@ -1,5 +1,5 @@
 """End to end with multi-token responses: the `parity_twice` toy task (answers "00"/"11" and then
-the end-of-turn token, `char_match` reward; the task `scripts/run-tiny-moe-cpu.sh` learns with
+the end-of-turn token, `char_match` reward; the task `scripts/run-tiny-moe-cpu.sh` runs with
 TASK=parity_twice) through `train.py` for a few rollouts.
 
 What a one-token run cannot show: responses of several tokens, some stopped by the end-of-turn
