@@ -9,12 +9,12 @@
 # minutes from a fresh clone on idle cores (2.5 s per rollout), up to ~10 minutes on busy ones.
 #
 # TASK=parity_twice picks the multi-token task: "<n> mod 2 twice" -> "00"/"11" and then <|im_end|>
-# (3 response tokens, the limit), scored by the `char_match` reward (credit per character and for
-# stopping right after the answer, lengths counted in tokens too; a random model scores about
-# 1/128), with two optimizer steps per rollout (--global-batch-size 128), NUM_ROLLOUT 120 and LR
-# 3e-3 by default; outputs in runs/tiny-moe-cpu-parity_twice. See README ("multi-token task")
-# for what was seen. TASK=odd_even ("<n> odd or even" -> "odd"/"even" + <|im_end|>, up to 8
-# tokens, 150 rollouts at lr 5e-3) learns more slowly still.
+# (3 response tokens, the limit), scored by the `char_match` reward (for a finished response,
+# credit per character and for stopping right after the answer; a response cut at the limit
+# scores 0; a random model scores about 0.003), --rollout-skip-special-tokens (the response text
+# without <|im_end|>), NUM_ROLLOUT 150 and LR 2e-3 by default; outputs in
+# runs/tiny-moe-cpu-parity_twice. Seen: the stop is learnt (no cut responses from rollout ~70), mean
+# reward ~0.67-0.79 after that (one answer for most prompts), not 0.9; see README ("multi-token task").
 #
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
@@ -25,7 +25,7 @@
 # with its scripts/models/*-tiny.sh flags and the same tokenizer and task. Seen on busy shared cores
 # (parity, defaults): deepseek_v3 mean reward 0.02 -> 0.91 at rollout 70, eval 0.90 at 70 and 0.78 at
 # 80 (about 13 s per rollout); glm4_moe 0.02 -> 0.98 at rollout 70, eval 0.99 at 80 (3.5 s per rollout).
-# Env: TASK (parity, parity_twice or odd_even), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
+# Env: TASK (parity or parity_twice), NUM_ROLLOUT (default 80) and LR (default 2e-3) override the
 # task and schedule (defaults for parity); DRY_RUN=1 only prints train.py's plan; FP8=1 serves a
 # block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as --hf-checkpoint, as the FP8=1 GPU
 # recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to
@@ -47,10 +47,8 @@ case "${TASK}" in
    parity) RM_TYPE=math; MAX_RESPONSE_LEN=1; DEFAULT_RUN_DIR=runs/tiny-moe-cpu
       DEFAULT_NUM_ROLLOUT=80; DEFAULT_LR=2e-3 ;;
    parity_twice) RM_TYPE=char_match; MAX_RESPONSE_LEN=3; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-parity_twice
-      DEFAULT_NUM_ROLLOUT=120; DEFAULT_LR=3e-3; DEFAULT_GLOBAL_BATCH=128 ;;
-   odd_even) RM_TYPE=char_match; MAX_RESPONSE_LEN=8; DEFAULT_RUN_DIR=runs/tiny-moe-cpu-odd_even
-      DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=5e-3 ;;
-   *) echo "TASK=${TASK}: expected parity, parity_twice or odd_even" >&2; exit 2 ;;
+      DEFAULT_NUM_ROLLOUT=150; DEFAULT_LR=2e-3 ;;
+   *) echo "TASK=${TASK}: expected parity or parity_twice" >&2; exit 2 ;;
 esac
 MODEL_VARIANT=${MODEL_VARIANT:-moe}
 # per model variant: the make_tiny_model.py variant's MODEL_ARGS
@@ -60,8 +58,6 @@ case "${MODEL_VARIANT}" in
    glm4_moe) MODEL_SCRIPT=glm4.5-tiny.sh; DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-glm4_moe-cpu} ;;
    *) echo "MODEL_VARIANT=${MODEL_VARIANT}: expected moe, deepseek_v3 or glm4_moe" >&2; exit 2 ;;
 esac
-# one optimizer step per rollout (256 samples) unless the task asks for two
-GLOBAL_BATCH=${DEFAULT_GLOBAL_BATCH:-256}
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}
@@ -113,10 +109,13 @@ ROLLOUT_ARGS=(
    --num-rollout "${NUM_ROLLOUT}"
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   # parity: one token, the answer; parity_twice / odd_even: the answer and <|im_end|> (see the header)
+   # parity: one token, the answer; parity_twice: the answer and <|im_end|> (see the header)
    --rollout-max-response-len "${MAX_RESPONSE_LEN}"
    --rollout-temperature 1.0
-   --global-batch-size "${GLOBAL_BATCH}"
+   # the response text without <|im_end|>'s text, so char_match sees where the answer ends
+   --rollout-skip-special-tokens
+   # one optimizer step per rollout
+   --global-batch-size 256
 )
 
 EVAL_ARGS=(

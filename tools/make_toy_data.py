@@ -3,16 +3,13 @@
 - `parity` (default): `"{n} mod 2"` -> `"0"` or `"1"`. The answer is one character, so one token
   of the tiny tokenizer (tools/make_tiny_model.py), and the `math` reward scores it by exact match.
 - `parity_twice`: `"{n} mod 2 twice"` -> `"00"` or `"11"`, then the end-of-turn token: the
-  multi-token task the tiny model learns (3 response tokens with <|im_end|>). The `char_match`
-  reward gives partial credit per position and for stopping right after the answer.
-- `odd_even`: `"{n} odd or even"` -> `"odd"` or `"even"`, then the end-of-turn token (4 or 5
-  tokens, so responses have unequal lengths), also scored by `char_match`; learnt more slowly
-  (both words differ in every position and in length).
+  multi-token task (3 response tokens with <|im_end|>). The `char_match` reward gives a finished
+  response partial credit per position and for stopping right after the answer, a cut one 0.
 
 Owns the prompt pools, their seeded train/eval split and the JSONL files `train.jsonl` /
 `eval.jsonl` (rows `{"prompt": "347 mod 2", "label": "1", "metadata": {"task", "n"}}`). A random
 tiny model starts near chance (about 1/vocab = 1/128 per sampled token, not 1/2: it must first
-learn to answer with a digit or a word at all). Each rule depends only on the last digit, so
+learn to answer with a digit at all). Each rule depends only on the last digit, so
 held-out numbers test the same rule on unseen prompt strings.
 
 Why parity: with 32 prompts x 8 samples, one-token responses and Adam lr 2e-3, the tiny MoE
@@ -45,12 +42,8 @@ def _parity_twice(n: int) -> tuple[str, str]:
     return f"{n} mod 2 twice", str(n % 2) * 2
 
 
-def _odd_even(n: int) -> tuple[str, str]:
-    return f"{n} odd or even", ("even", "odd")[n % 2]
-
-
 # task name -> n -> (prompt, label); every task's labels split the numbers into even and odd.
-TASKS = {"parity": _parity, "parity_twice": _parity_twice, "odd_even": _odd_even}
+TASKS = {"parity": _parity, "parity_twice": _parity_twice}
 
 
 def make_row(n: int, task: str = "parity") -> dict:
@@ -120,8 +113,7 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", required=True, help="folder to write train.jsonl and eval.jsonl into")
     parser.add_argument("--task", default="parity", choices=sorted(TASKS),
-                        help="parity: one-token answers 0/1; parity_twice: 00/11 then end of turn; odd_even: "
-                             "the words odd/even then end of turn")
+                        help="parity: one-token answers 0/1; parity_twice: 00/11 then end of turn")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/eval split and row order")
     parser.add_argument("--num-train", type=int, default=4096, help="rows in train.jsonl (prompts repeat)")
     parser.add_argument("--num-eval", type=int, default=None,

@@ -1,5 +1,5 @@
 """End to end with multi-token responses: the `parity_twice` toy task (answers "00"/"11" and then
-the end-of-turn token, `char_match` reward; the task `scripts/run-tiny-moe-cpu.sh` learns with
+the end-of-turn token, `char_match` reward; the task `scripts/run-tiny-moe-cpu.sh` runs with
 TASK=parity_twice) through `train.py` for a few rollouts.
 
 What a one-token run cannot show: responses of several tokens, some stopped by the end-of-turn
@@ -53,7 +53,8 @@ def _eos_ids(hf_dir: Path) -> set[int]:
 def test_multi_token_responses_run_through_the_loop(e2e_inputs, multi_token_data, tmp_path, monkeypatch):
     monkeypatch.setenv(API_KEY_ENV, JOB_KEY)  # inherited by train.py (tests.e2e.runner.subprocess_env)
     dump = tmp_path / "rollout_{rollout_id}.pt"
-    extra = ["--rm-type", "char_match", "--rollout-max-response-len", str(MAX_RESPONSE_LEN),
+    extra = ["--rm-type", "char_match", "--rollout-skip-special-tokens",
+             "--rollout-max-response-len", str(MAX_RESPONSE_LEN),
              "--save-debug-rollout-data", str(dump), "--save-interval", "100",
              "--rollout-data-postprocess-path", "tests.e2e.test_multi_token.record_train_data"]
     argv = grpo_argv(e2e_inputs.hf, e2e_inputs.torch_dist, multi_token_data, tmp_path, NUM_ROLLOUT, extra=extra)

@@ -140,7 +140,8 @@ def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> No
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """--rollout-temperature > 0, --rollout-top-p in (0, 1], lengths > 0; remote_rm needs --rm-url;
+    """--rollout-temperature > 0, --rollout-top-p in (0, 1], lengths > 0; remote_rm needs --rm-url; char_match
+    needs --rollout-skip-special-tokens;
     --over-sampling-batch-size defaults to --rollout-batch-size and may not be smaller;
     --rollout-max-prompt-len < --rollout-max-context-len; --update-weights-interval 1 with --colocate;
     --hf-checkpoint is required (unless --dry-run or --debug-train-only) and must exist; its
@@ -158,6 +159,10 @@ def validate(args: argparse.Namespace) -> list[str]:
                 f"--rollout-max-context-len {args.rollout_max_context_len}")
     if args.rm_type is not None and args.rm_type.endswith("remote_rm"):
         require(args.rm_url is not None, f"--rm-type {args.rm_type} needs --rm-url")
+    if args.rm_type == "char_match":  # its stop's share needs the text to end where the answer does
+        require(args.rollout_skip_special_tokens,
+                "--rm-type char_match needs --rollout-skip-special-tokens (else the end-of-turn token's "
+                "text is part of the response and stopping after the answer never counts)")
     if args.over_sampling_batch_size is None:
         args.over_sampling_batch_size = args.rollout_batch_size
     elif args.rollout_batch_size is not None:

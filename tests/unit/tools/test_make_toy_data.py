@@ -55,33 +55,19 @@ def test_same_seed_same_files(tmp_path):
     assert len(_rows(a / "eval.jsonl")) == 20
 
 
-def test_odd_even_task_has_word_labels_and_the_same_split(tmp_path, tiny_moe_hf):
+def test_parity_twice_task_has_two_token_labels_and_the_same_split(tmp_path, tiny_moe_hf):
     from transformers import AutoTokenizer
 
-    out = toy.make_toy_data(tmp_path, seed=0, num_train=64, task="odd_even")
+    out = toy.make_toy_data(tmp_path, seed=0, num_train=64, task="parity_twice")
     train, evals = _rows(out / "train.jsonl"), _rows(out / "eval.jsonl")
     for row in train + evals:
         n = row["metadata"]["n"]
-        assert row["prompt"] == f"{n} odd or even" and row["label"] == ("even", "odd")[n % 2]
-        assert row["metadata"]["task"] == "odd_even"
+        assert row["prompt"] == f"{n} mod 2 twice" and row["label"] == str(n % 2) * 2
+        assert row["metadata"]["task"] == "parity_twice"
     parity_eval = {r["metadata"]["n"] for r in toy.split_pool(0)[1]}
     assert {r["metadata"]["n"] for r in evals} == parity_eval  # same held-out numbers as parity
-    assert sum(r["label"] == "odd" for r in evals) == len(evals) // 2
+    assert sum(r["label"] == "11" for r in evals) == len(evals) // 2
     tok = AutoTokenizer.from_pretrained(tiny_moe_hf)
     for row in evals:  # several tokens per answer, none unknown
         ids = tok(row["label"])["input_ids"]
         assert len(ids) == len(row["label"]) > 1 and tok.unk_token_id not in ids
-
-
-def test_parity_twice_task_has_two_digit_labels(tmp_path):
-    out = toy.make_toy_data(tmp_path, seed=0, num_train=32, task="parity_twice")
-    for row in _rows(out / "train.jsonl") + _rows(out / "eval.jsonl"):
-        n = row["metadata"]["n"]
-        assert row["prompt"] == f"{n} mod 2 twice" and row["label"] == ("00", "11")[n % 2]
-
-
-def test_unknown_task_names_the_flag(tmp_path):
-    import pytest
-
-    with pytest.raises(ValueError, match="--task"):
-        toy.make_toy_data(tmp_path, task="nope")

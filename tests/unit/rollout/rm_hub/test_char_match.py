@@ -1,4 +1,4 @@
-"""The `char_match` reward: per-position credit plus the stop, hand-computed."""
+"""The `char_match` reward: a share per label position plus one for the stop, 0 when cut; hand-computed."""
 
 import asyncio
 from types import SimpleNamespace
@@ -14,11 +14,13 @@ from slime.utils.types import Sample
     "text, label, stopped, expected",
     [
         ("odd", "odd", True, 1.0),  # exact word, then end of turn
-        ("odd", "odd", False, 3 / 4),  # cut at the length limit: no credit for the stop
+        ("odd", "odd", False, 0.0),  # cut at the length limit: no answer, whatever its characters
         ("odd", "even", True, 0 / 5),  # o/e d/v d/e, missing n, stopped too early
         ("evex", "even", True, 4 / 5),  # wrong last character; the stop at position 5 still counts
-        ("eveneven", "even", False, 4 / 9),  # rambling past the answer dilutes the credit
+        ("eveneven", "even", True, 4 / 5),  # rambling past the answer loses the stop's share
         ("", "odd", True, 0.0),  # stopped at once
+        ("000", "00", False, 0.0),  # parity_twice: the characters, cut before the stop
+        ("00<|im_end|>", "00", True, 2 / 3),  # the end of turn's text kept: the stop does not count
         ("ev", "even", True, 2 / 5),
         ("odd", "odd", None, 1.0),  # stop left out (boxed_)
         ("od", "odd", None, 2 / 3),
@@ -32,8 +34,8 @@ def test_score(text, label, stopped, expected):
     "text, stopped, num_tokens, expected",
     [
         ("11", True, 2, 1.0),
-        ("11", False, 3, 2 / 4),  # "11" + a token that decodes to nothing: 3 tokens, not the exact answer cut short
-        ("11", True, 3, 2 / 4),  # ... and stopping after it is not stopping after the answer
+        ("11", False, 3, 0.0),  # "11" + a token that decodes to nothing, cut
+        ("11", True, 3, 2 / 3),  # ... and stopping after it is not stopping after the answer
         ("1", True, 2, 1 / 3),
     ],
 )
@@ -48,6 +50,7 @@ def test_registered_reward_reads_the_stop_from_the_sample_status():
         return asyncio.run(async_rm(args, Sample(response="even", label="even", status=status)))
 
     assert reward(Sample.Status.COMPLETED) == 1.0
-    assert reward(Sample.Status.TRUNCATED) == pytest.approx(4 / 5)
-    invisible = Sample(response="even", label="even", status=Sample.Status.TRUNCATED, response_length=5)
-    assert asyncio.run(async_rm(args, invisible)) == pytest.approx(4 / 6)  # 5 tokens, 4 visible
+    assert reward(Sample.Status.TRUNCATED) == 0.0
+    # 4 visible answer tokens, 1 that decodes to nothing, then the end of turn: not the exact answer
+    invisible = Sample(response="even", label="even", status=Sample.Status.COMPLETED, response_length=6)
+    assert asyncio.run(async_rm(args, invisible)) == pytest.approx(4 / 5)

@@ -36,6 +36,7 @@ ERROR_CASES = [
     (MOE + ["--tensor-model-parallel-size", "2"],
      ["--tensor-model-parallel-size 2", "--num-experts 8", "--sequence-parallel"]),
     (["--rm-type", "remote_rm"], ["--rm-type remote_rm", "--rm-url"]),
+    (["--rm-type", "char_match"], ["--rm-type char_match", "--rollout-skip-special-tokens"]),
     (["--eps-clip-c", "0.5"], ["--eps-clip-c"]),
     (["--loss-type", "custom_loss"], ["--loss-type custom_loss", "--custom-loss-function-path"]),
     (["--debug-rollout-only", "--debug-train-only"], ["--debug-rollout-only", "--debug-train-only"]),
