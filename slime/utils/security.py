@@ -7,8 +7,9 @@ values of a command line replaced before it is logged) and `path_within` (a fold
 
 One key per job: `ensure_job_api_key` keeps a key already in `$SLIME_API_KEY` (so an external
 router can be started with it), else takes `--sglang-api-key`, else generates one with
-`secrets.token_urlsafe`. Engines, the router and every client of the job use the same key; it is
-handed to processes by environment, never written to disk by us.
+`secrets.token_hex(32)` (never starting with '-', which a command line would read as a flag).
+Engines, the router and every client of the job use the same key; it is handed to processes by
+environment, never written to disk by us.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def job_api_key() -> str | None:
 def ensure_job_api_key(configured: str | None = None) -> str:
     """The job's key, set in this process's environment so that every child inherits it:
     `$SLIME_API_KEY` if set, else `configured` (e.g. --sglang-api-key), else a fresh random one."""
-    key = job_api_key() or configured or secrets.token_urlsafe(32)
+    # hex: a key starting with '-' would read as a flag on the engines' and router's command lines
+    key = job_api_key() or configured or secrets.token_hex(32)
     os.environ[API_KEY_ENV] = key
     return key
 

@@ -51,7 +51,7 @@ def router_command(host: str, port: int, policy: str = "round_robin", extra: lis
     `--api-key` when a key is given. Its metrics endpoint gets a free port unless given: the
     default (29000) may be taken, and the router then fails to start. It binds `host`, as the
     router does (its default is every interface)."""
-    extra = list(extra or []) + (["--api-key", api_key] if api_key else [])
+    extra = list(extra or []) + ([f"--api-key={api_key}"] if api_key else [])
     if "--prometheus-port" not in extra:
         extra += ["--prometheus-port", str(free_port(host))]
     if "--prometheus-host" not in extra:

@@ -8,7 +8,7 @@ from slime.utils.security import (API_KEY_ENV, REDACTED, auth_headers, bearer_ma
 
 
 def test_job_key_comes_from_the_environment_else_the_flag_else_a_fresh_one(monkeypatch):
-    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    monkeypatch.setenv(API_KEY_ENV, "")  # empty reads as unset; recorded, so the key set below does not leak
     assert job_api_key() is None and auth_headers(None) == {}
     fresh = ensure_job_api_key()
     assert len(fresh) >= 32 and os.environ[API_KEY_ENV] == fresh == job_api_key()
@@ -40,3 +40,14 @@ def test_path_allow_list_resolves_links_and_dots(tmp_path):
     for path in (outside, job / "escape", job / ".." / "outside", tmp_path / "job-other"):
         assert not path_within(path, [job]), path
     assert not path_within(job, [])
+
+
+def test_generated_keys_never_read_as_a_flag(monkeypatch):
+    """A key starting with '-' (secrets.token_urlsafe gives one in 64) made sglang-router exit with
+    argparse's code 2 at start-up: generated keys are hex, and the router gets `--api-key=KEY`."""
+    from slime.backends.sglang_utils.router import router_command
+
+    for _ in range(500):
+        monkeypatch.setenv(API_KEY_ENV, "")  # empty reads as unset; teardown restores the original
+        assert not ensure_job_api_key().startswith("-")
+    assert "--api-key=-leading-dash" in router_command("127.0.0.1", 1, api_key="-leading-dash")
