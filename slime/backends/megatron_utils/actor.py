@@ -18,14 +18,13 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from slime.backends.megatron_utils import routing_replay
+from slime.backends.megatron_utils import advantage_data, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.packing import local_row_length
 from slime.utils.plugins import (call_before_log_prob_hook, call_before_train_step_hook, call_custom_advantage,
                                  call_custom_loss, call_rollout_data_postprocess)
-from slime.utils.advantages import (advantage_options_from_args, compute_advantages_and_returns, masked_moments,
-                                    whiten_from_moments)
+from slime.utils.advantages import advantage_options_from_args
 from slime.utils.losses import get_loss_function, get_sum_of_sample_mean, loss_options_from_args
 from slime.utils.misc import load_function
 from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
@@ -39,18 +38,6 @@ def _mpu():
     from megatron.core import parallel_state as mpu
 
     return mpu
-
-
-def whiten_over_group(advantages: list[torch.Tensor], loss_masks: list[torch.Tensor], group) -> list[torch.Tensor]:
-    """`--normalize-advantages`: whiten per-sample advantages with the mean and variance of every
-    loss-masked token of all ranks of `group` (sum, sum of squares and count all-reduced). A rank
-    with no samples still joins the all-reduce. Returns the whitened tensors in input order."""
-    if advantages:
-        moments = masked_moments(torch.cat(advantages), torch.cat(loss_masks))
-    else:
-        moments = torch.zeros(3, dtype=torch.float64)
-    dist.all_reduce(moments, group=group)
-    return [whiten_from_moments(adv, moments) for adv in advantages]
 
 
 class MegatronTrainer:
@@ -236,36 +223,14 @@ class MegatronTrainer:
         else:
             self._estimate_advantages(rollout_data, mine)
         if self.args.normalize_advantages:
-            self._whiten_advantages(rollout_data, mine)
+            advantage_data.whiten_advantages(rollout_data, mine, _mpu().get_data_parallel_group())
 
     def _estimate_advantages(self, rollout_data: dict, mine: list[int]) -> None:
         opts = advantage_options_from_args(self.args)
         estimator = opts.pop("estimator")
         opts["normalize_advantages"] = False  # whitened over data parallel by the caller
-        def pick(key):
-            return [torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in mine] if key in rollout_data else None
-        advantages, returns = compute_advantages_and_returns(
-            estimator,
-            rewards=[float(rollout_data["rewards"][i]) for i in mine],
-            loss_masks=pick("loss_masks"),
-            response_lengths=[rollout_data["response_lengths"][i] for i in mine],
-            total_lengths=[len(rollout_data["tokens"][i]) for i in mine],
-            log_probs=pick("log_probs"),
-            ref_log_probs=pick("ref_log_probs"),
-            values=pick("values"),  # ppo: the critic's, added to the rollout by slime.ray.critic
-            **opts,
-        )
-        n = len(rollout_data["tokens"])
-        rollout_data["advantages"], rollout_data["returns"] = [None] * n, [None] * n
-        for k, i in enumerate(mine):
-            rollout_data["advantages"][i], rollout_data["returns"][i] = advantages[k], returns[k]
-
-    def _whiten_advantages(self, rollout_data: dict, mine: list[int]) -> None:
-        advantages = [torch.as_tensor(rollout_data["advantages"][i], dtype=torch.float32) for i in mine]
-        masks = [torch.as_tensor(rollout_data["loss_masks"][i], dtype=torch.float32) for i in mine]
-        whitened = whiten_over_group(advantages, masks, _mpu().get_data_parallel_group())
-        for i, adv in zip(mine, whitened):
-            rollout_data["advantages"][i] = adv
+        rollout_data["advantages"], rollout_data["returns"] = advantage_data.estimate(
+            rollout_data, mine, estimator, **opts)
 
     # ----- loss ---------------------------------------------------------------------------
     def _compute_loss(self, mb, log_probs, entropy, logits):

@@ -25,11 +25,11 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import advantage_data
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.actor import MegatronTrainer, _mpu
 from slime.backends.megatron_utils.logprobs import gather_context_parallel
 from slime.backends.megatron_utils.model import build_train_state, unwrap
-from slime.utils.advantages import compute_advantages_and_returns
 from slime.utils.arguments.critic import critic_view
 from slime.utils.losses import get_sum_of_sample_mean
 from slime.utils.ppo_utils import compute_value_loss
@@ -176,18 +176,9 @@ class MegatronCritic(MegatronTrainer):
 
     def _fill_returns(self, rollout_data: dict, mine: list[int]) -> None:
         args = self.args
-        def pick(key):
-            return [torch.as_tensor(rollout_data[key][i], dtype=torch.float32) for i in mine] if key in rollout_data else None
-        _, returns = compute_advantages_and_returns(
-            "ppo", rewards=[float(rollout_data["rewards"][i]) for i in mine], loss_masks=pick("loss_masks"),
-            response_lengths=[rollout_data["response_lengths"][i] for i in mine],
-            total_lengths=[len(rollout_data["tokens"][i]) for i in mine], log_probs=pick("log_probs"),
-            ref_log_probs=pick("ref_log_probs"), values=pick("values"), kl_coef=args.kl_coef,
-            kl_loss_type=args.kl_loss_type, gamma=args.gamma, lambd=args.lambd,
-        )
-        rollout_data["returns"] = [None] * len(rollout_data["tokens"])
-        for k, i in enumerate(mine):
-            rollout_data["returns"][i] = returns[k]
+        _, rollout_data["returns"] = advantage_data.estimate(
+            rollout_data, mine, "ppo", kl_coef=args.kl_coef, kl_loss_type=args.kl_loss_type,
+            gamma=args.gamma, lambd=args.lambd)
 
     def train(self, rollout_id: int, rollout_data: dict) -> dict[str, float]:
         """One rollout's value-loss steps on `rollout_data` (which carries `values` from
