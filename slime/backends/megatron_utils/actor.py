@@ -141,7 +141,10 @@ class MegatronTrainer:
         outputs = ts.run_schedule([model], mbs, loss_fn, forward_only=True)
         model.train()
         if routing == "record":
-            self._keep_recorded_routing(rollout_data, mbs)
+            mpu = _mpu()
+            sp_group = mpu.get_tensor_model_parallel_group() if self.state.config.sequence_parallel else None
+            routing_replay.keep_recorded(rollout_data, mbs, cp_rank=mpu.get_context_parallel_rank(),
+                                         cp_size=mpu.get_context_parallel_world_size(), sp_group=sp_group)
         if not _mpu().is_pipeline_last_stage():
             return None
         result = {"log_probs": {}, "entropy": {}}
@@ -162,31 +165,13 @@ class MegatronTrainer:
                     with_entropy=with_entropy, vocab_size=self.args.vocab_size,
                     cp_group=_mpu().get_context_parallel_group(), chunk_size=self.args.log_probs_chunk_size)
 
-    def _keep_recorded_routing(self, rollout_data: dict, mbs: list) -> None:
-        mpu = _mpu()
-        sp_group = mpu.get_tensor_model_parallel_group() if self.state.config.sequence_parallel else None
-        full = routing_replay.collect(mbs, cp_rank=mpu.get_context_parallel_rank(),
-                                      cp_size=mpu.get_context_parallel_world_size(), sp_group=sp_group)
-        rollout_data[routing_replay.REPLAY_KEY] = [full.get(i) for i in range(len(rollout_data["tokens"]))]
-
-    def _old_policy_routing(self, rollout_data: dict) -> str | None:
-        """The routing of the old-policy pass: the engines' (--use-rollout-routing-replay, R3), or
-        the trainer's own, recorded for the training passes (--use-routing-replay)."""
-        if self.args.use_rollout_routing_replay:
-            if "rollout_routed_experts" not in rollout_data:
-                raise ValueError("--use-rollout-routing-replay: the rollout data has no rollout_routed_experts "
-                                 "(every sample needs the engine's routed experts)")
-            rollout_data[routing_replay.REPLAY_KEY] = rollout_data["rollout_routed_experts"]
-            return "replay"
-        return "record" if self.args.use_routing_replay else None
-
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
         and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
         pass that runs: store_prefix "" (old policy, the actor's chunks) or "ref_" ([reference])."""
         n = len(rollout_data["tokens"])
-        routing = self._old_policy_routing(rollout_data)
+        routing = routing_replay.old_policy_routing(self.args, rollout_data)
         old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
         # packed once for both passes, unless routing replay attaches a different routing to each
         share = old_pass and self.ref_model is not None and not self.args.use_routing_replay

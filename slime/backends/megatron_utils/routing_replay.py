@@ -168,3 +168,24 @@ def collect(micro_batches: list, *, cp_rank: int = 0, cp_size: int = 1, sp_group
             row = torch.cat(shares)
         unpack_row(row, mb.packed.total_lengths, full, mb.packed.sample_ids, cp_rank=cp_rank, cp_size=cp_size)
     return full
+
+
+def keep_recorded(rollout_data: dict, micro_batches: list, *, cp_rank: int = 0, cp_size: int = 1,
+                  sp_group=None) -> None:
+    """The routing recorded by a pass over `micro_batches`, whole per sample, as
+    rollout_data[REPLAY_KEY] (None for samples this rank did not run) for the passes that replay it."""
+    full = collect(micro_batches, cp_rank=cp_rank, cp_size=cp_size, sp_group=sp_group)
+    rollout_data[REPLAY_KEY] = [full.get(i) for i in range(len(rollout_data["tokens"]))]
+
+
+def old_policy_routing(args, rollout_data: dict) -> str | None:
+    """The routing mode of the old-policy pass: "replay" the engines' routed experts
+    (--use-rollout-routing-replay, R3; they become rollout_data[REPLAY_KEY]), "record" the
+    trainer's own for the training passes (--use-routing-replay), else None."""
+    if args.use_rollout_routing_replay:
+        if "rollout_routed_experts" not in rollout_data:
+            raise ValueError("--use-rollout-routing-replay: the rollout data has no rollout_routed_experts "
+                             "(every sample needs the engine's routed experts)")
+        rollout_data[REPLAY_KEY] = rollout_data["rollout_routed_experts"]
+        return "replay"
+    return "record" if args.use_routing_replay else None
