@@ -100,7 +100,9 @@ def test_router_requires_the_key_and_passes_it_on(guarded, monkeypatch, tmp_path
     monkeypatch.setenv(API_KEY_ENV, KEY)  # as in a job: the router and its callers read the job's key
     router = RouterProcess("127.0.0.1", free_port(), log_path=tmp_path / "router.log").start()
     try:
-        assert KEY in router.command and KEY not in redact_argv(router.command) and REDACTED in redact_argv(router.command)
+        assert f"--api-key={KEY}" in router.command  # one word: a key starting with '-' is no flag
+        assert f"--api-key={REDACTED}" in redact_argv(router.command)
+        assert not any(KEY in word for word in redact_argv(router.command))
         assert router.command[router.command.index("--prometheus-host") + 1] == "127.0.0.1"  # its metrics too
         add_worker(router.url, url)
         assert list_workers(router.url) == [url]
