@@ -37,6 +37,9 @@ setup(
         "requests",
         "fastapi",
         "uvicorn",
+        # the local engine's HTTP stack (uvicorn picks them up), as SGLang's server uses uvloop
+        "uvloop; sys_platform != 'win32'",
+        "httptools",
         "pyarrow",
         "sympy",
         "matplotlib",
