@@ -37,6 +37,17 @@ from slime.backends.local_engine.slot_kv import SlotKV, supports_slot_kv
 logger = logging.getLogger(__name__)
 
 
+def fill_holes(keep: list[int]) -> list[int]:
+    """The new row order after retiring: the kept rows (indices of the old batch, ascending) that
+    are below the new batch size stay where they are, and the rows beyond it move into the freed
+    slots. So only as many KV cache rows move as there are holes (rows are independent in a
+    step, so their order changes no result)."""
+    size = len(keep)
+    movers = iter(i for i in keep if i >= size)
+    kept = set(keep)
+    return [i if i in kept else next(movers) for i in range(size)]
+
+
 def error_result(message: str, code: int) -> dict:
     """The result handed to `Request.on_done` when a request cannot be served (HTTP status `code`)."""
     return {"error": {"message": message, "code": code}}
@@ -295,7 +306,7 @@ class Scheduler:
 
     def _retire(self) -> None:
         """Remove every running request that has a finish reason; deliver their results."""
-        keep = [i for i, r in enumerate(self._running) if r.finish_reason is None]
+        keep = fill_holes([i for i, r in enumerate(self._running) if r.finish_reason is None])
         done = [r for r in self._running if r.finish_reason is not None]
         self._kv.keep_rows(keep)
         self._running = [self._running[i] for i in keep]
