@@ -8,7 +8,10 @@ rows directly over the HF model's modules (embedding, per layer: input norm, q/k
 q/k norms, RoPE, the new key/value written in place at column len_b, SDPA over columns 0..max len
 with a length mask, o_proj, the layer's MLP or MoE block; final norm, lm_head), which is the
 HF decoder layer's math without its per-step 4-D mask building and cache concatenation. Module
-hooks (e.g. on MoE routers) still fire: the modules themselves are called.
+hooks (e.g. on MoE routers) still fire: modules are called, except unhooked `nn.Linear`
+projections (and the dense MLP around them), which run as `F.linear` on their own weights (the
+same op, without the module call's overhead). The new keys/values of all rows go in with one
+`index_copy_` per buffer. The result is bitwise the same as calling every module (tested).
 
 `supports_slot_kv(model)` accepts the structures this math is exact for (Qwen3 / Qwen3-MoE, full
 attention); any other model keeps `BatchKV` and the HF forward.
