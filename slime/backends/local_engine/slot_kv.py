@@ -183,7 +183,9 @@ class SlotKV:
         half = sin.shape[-1] // 2
         signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, signed_sin = cos[:, None], signed_sin[:, None]  # [B, 1, 1, D]: one position per row
-        mask = (torch.arange(columns, device=ids.device)[None, :] <= lengths[:, None])[:, None, None, :]
+        # the additive mask SDPA would build from a boolean one in every layer (0 / -inf), built once
+        mask = torch.zeros(batch, 1, 1, columns, dtype=hidden.dtype, device=ids.device).masked_fill_(
+            (torch.arange(columns, device=ids.device)[None, :] > lengths[:, None])[:, None, None, :], float("-inf"))
         _, heads_kv, capacity, dim = self.keys[0].shape
         # flat index of (row b, kv head h, column len_b) in a buffer viewed as [rows * H * columns, D]
         slots = ((torch.arange(batch, device=ids.device)[:, None] * heads_kv
