@@ -4,9 +4,10 @@ Owns `Request` (one generation in flight) and `Scheduler`. Each loop step, under
 admit waiting requests up to `max_running` (one left-padded batched prefill; the caches join the
 batch's KV cache: the preallocated `SlotKV` with its lean decode step for Qwen3-family models,
 else the left-padded `BatchKV` and the HF forward; first tokens are sampled from the prefill
-logits), then run ONE batched decode forward for all running requests, sample per request, and retire finished requests at once
-(stop token ids incl. eos, stop strings on the decoded text, max_new_tokens, context length) so
-their slots free for the next step (the last rows move into the freed slots: `fill_holes`). `pause()` stops stepping (running requests wait, new ones
+logits), then run ONE batched decode forward for all running requests, sample per request, and
+retire finished requests at once (stop token ids incl. eos, stop strings on the decoded text,
+max_new_tokens, context length) so their slots free for the next step (the last rows move into
+the freed slots: `fill_holes`). `pause()` stops stepping (running requests wait, new ones
 queue); `abort()` finishes requests with finish reason abort and what they generated so far.
 Weight updates take `model_lock`, so they happen between steps.
 

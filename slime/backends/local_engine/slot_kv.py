@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-
+from torch.nn.modules import module as nn_module
 
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
@@ -80,9 +80,9 @@ def _linear(module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _global_hooks() -> bool:
-    from torch.nn.modules import module as nn_module
-
-    return bool(getattr(nn_module, "_global_forward_hooks", None) or getattr(nn_module, "_global_forward_pre_hooks", None))
+    """Whether global forward hooks exist (`register_module_forward_hook`: they fire for every module)."""
+    return bool(getattr(nn_module, "_global_forward_hooks", None)
+                or getattr(nn_module, "_global_forward_pre_hooks", None))
 
 
 def _mlp(block, x: torch.Tensor) -> torch.Tensor:
