@@ -5,10 +5,13 @@
    it runs until the longest response is done). Scenarios with equal and with varied response
    lengths; useful tokens = the sum of the requested lengths in both cases (greedy, EOS ignored).
    Each scenario runs `--repeats` times, engine and baseline interleaved; medians are reported.
+   Next to wall time, CPU time: the engine process's (all its threads, from /proc schedstat) and
+   this process's during `generate`; their ratio moves much less than wall time when other
+   processes share the cores.
 2. Weight sync: seconds per GB of `/update_weights_from_distributed` (HTTP + gloo broadcast +
    loading into the model) vs a raw gloo broadcast of the same tensors to a plain receiver process.
 
-Usage: python tools/bench_engine.py [--model-path DIR] [--batch 16] [--out bench_engine.json]
+Usage: python tools/bench_engine.py [--model-path DIR] [--batch 16] [--skip-sync] [--out bench_engine.json]
 Decode runs on the tiny Qwen3-MoE of tools/make_tiny_model.py (or --model-path) and on a wider
 dense Qwen3 (--sync-hidden, --sync-layers), which is also the weight-sync payload (not trivial).
 """
@@ -46,6 +49,7 @@ def parse_args():
     p.add_argument("--sync-hidden", type=int, default=512, help="hidden size of the dense sync-benchmark model")
     p.add_argument("--sync-layers", type=int, default=4, help="layers of the dense sync-benchmark model")
     p.add_argument("--sync-rounds", type=int, default=5, help="weight-sync repetitions (best is reported)")
+    p.add_argument("--skip-sync", action="store_true", help="decode scenarios only (no weight-sync benchmark)")
     p.add_argument("--out", default="bench_engine.json", help="JSON output path")
     return p.parse_args()
 
@@ -79,50 +83,68 @@ def scenarios(batch: int, max_len: int) -> dict[str, list[int]]:
     return {"equal": [max_len] * batch, "varied": varied}
 
 
-async def _engine_run(url: str, prompts: list[list[int]], lens: list[int]) -> tuple[float, int]:
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds all threads of process `pid` have run (Linux /proc schedstat, nanoseconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+            pass
+    return total / 1e9
+
+
+async def _engine_run(url: str, prompts: list[list[int]], lens: list[int], pid: int) -> tuple[float, int, float]:
     from slime.utils.engine_client import EngineClient
 
     async with EngineClient(url) as client:
+        cpu = _process_cpu_s(pid)
         start = time.perf_counter()
         results = await asyncio.gather(*(client.generate({
             "input_ids": p, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}})
             for p, n in zip(prompts, lens)))
         elapsed = time.perf_counter() - start
-    return elapsed, sum(r["meta_info"]["completion_tokens"] for r in results)
+        cpu = _process_cpu_s(pid) - cpu
+    return elapsed, sum(r["meta_info"]["completion_tokens"] for r in results), cpu
 
 
-def _hf_run(model, prompts: list[list[int]], lens: list[int]) -> tuple[float, int]:
+def _hf_run(model, prompts: list[list[int]], lens: list[int]) -> tuple[float, int, float]:
     from transformers import GenerationConfig
 
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     gen = GenerationConfig(max_new_tokens=max(lens), do_sample=False, eos_token_id=None, pad_token_id=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, generation_config=gen)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert out.shape[1] - width == max(lens), "baseline stopped early"
-    return elapsed, sum(lens)
+    return elapsed, sum(lens), cpu
 
 
-def bench_decode(url: str, model_dir: Path, args) -> list[dict]:
-    """Rows {scenario, engine_tok_s, hf_tok_s, ratio} for each response-length scenario."""
+def bench_decode(url: str, pid: int, model_dir: Path, args) -> list[dict]:
+    """Rows {scenario, engine_tok_s, hf_tok_s, ratio, cpu ratio} per response-length scenario
+    (`pid`: the engine's process)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     gen = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.batch)]
-    asyncio.run(_engine_run(url, prompts[:2], [4, 4]))  # warm-up
+    asyncio.run(_engine_run(url, prompts[:2], [4, 4], pid))  # warm-up
     _hf_run(model, prompts[:2], [4, 4])
     rows = []
     for name, lens in scenarios(args.batch, args.max_response_len).items():
-        runs = [(asyncio.run(_engine_run(url, prompts, lens)), _hf_run(model, prompts, lens)) for _ in range(args.repeats)]
+        runs = [(asyncio.run(_engine_run(url, prompts, lens, pid)), _hf_run(model, prompts, lens))
+                for _ in range(args.repeats)]
         e_time, e_tok = statistics.median(e[0] for e, _ in runs), runs[0][0][1]
         h_time, h_tok = statistics.median(h[0] for _, h in runs), runs[0][1][1]
+        e_cpu, h_cpu = statistics.median(e[2] for e, _ in runs), statistics.median(h[2] for _, h in runs)
         rows.append({"scenario": name, "batch": args.batch, "useful_tokens": h_tok, "engine_tok_s": e_tok / e_time,
-                     "hf_generate_tok_s": h_tok / h_time, "ratio_engine_over_hf": (e_tok / e_time) / (h_tok / h_time)})
+                     "hf_generate_tok_s": h_tok / h_time, "ratio_engine_over_hf": (e_tok / e_time) / (h_tok / h_time),
+                     "engine_cpu_s": e_cpu, "hf_generate_cpu_s": h_cpu,
+                     "cpu_ratio_engine_over_hf": (e_tok / e_cpu) / (h_tok / h_cpu)})
     return rows
 
 
@@ -190,11 +212,14 @@ def bench_sync(url: str, model_dir: Path, rounds: int) -> dict:
             "ratio_engine_over_raw": engine_s / raw_s}
 
 
-def print_report(decode_rows: list[dict], sync: dict) -> None:
-    print(f"{'model':<8}{'scenario':<10}{'batch':>6}{'tokens':>8}{'engine tok/s':>14}{'hf tok/s':>10}{'ratio':>8}")
+def print_report(decode_rows: list[dict], sync: dict | None) -> None:
+    print(f"{'model':<8}{'scenario':<10}{'batch':>6}{'tokens':>8}{'engine tok/s':>14}{'hf tok/s':>10}{'ratio':>8}"
+          f"{'cpu ratio':>11}")
     for r in decode_rows:
         print(f"{r['model']:<8}{r['scenario']:<10}{r['batch']:>6}{r['useful_tokens']:>8}{r['engine_tok_s']:>14.1f}"
-              f"{r['hf_generate_tok_s']:>10.1f}{r['ratio_engine_over_hf']:>8.2f}")
+              f"{r['hf_generate_tok_s']:>10.1f}{r['ratio_engine_over_hf']:>8.2f}{r['cpu_ratio_engine_over_hf']:>11.2f}")
+    if sync is None:
+        return
     print(f"\nweight sync ({sync['payload_gb'] * 1e3:.1f} MB, {sync['tensors']} tensors): engine "
           f"{sync['engine_s_per_gb']:.2f} s/GB vs raw gloo {sync['raw_gloo_s_per_gb']:.2f} s/GB "
           f"(ratio {sync['ratio_engine_over_raw']:.2f})")
@@ -216,8 +241,8 @@ def main() -> None:
                                        log_path=os.devnull)
             try:
                 url = f"http://127.0.0.1:{port}"
-                decode_rows += [{"model": label, **row} for row in bench_decode(url, model_dir, args)]
-                if label == "wide":
+                decode_rows += [{"model": label, **row} for row in bench_decode(url, proc.pid, model_dir, args)]
+                if label == "wide" and not args.skip_sync:
                     sync = bench_sync(url, model_dir, args.sync_rounds)
             finally:
                 stop_local_engine(proc)

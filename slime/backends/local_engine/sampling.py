@@ -177,8 +177,10 @@ def sample_next_tokens(
     else is in the batch).
     """
     logits = logits.float()
-    temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=torch.float32)
-    logprobs = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1).cpu()
+    temps = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+    if any(t != 1.0 for t in temps):  # dividing by 1.0 changes no bit: skipped for greedy / T=1 batches
+        logits = logits / torch.tensor(temps, dtype=torch.float32, device=logits.device)[:, None]
+    logprobs = torch.log_softmax(logits, dim=-1).cpu()
     chosen = logprobs.argmax(dim=-1)  # greedy rows keep this; sampled rows are overwritten below
     for row, (p, gen) in enumerate(zip(params, generators)):
         if p.temperature > 0:

@@ -4,9 +4,10 @@ Owns `Request` (one generation in flight) and `Scheduler`. Each loop step, under
 admit waiting requests up to `max_running` (one left-padded batched prefill; the caches join the
 batch's KV cache: the preallocated `SlotKV` with its lean decode step for Qwen3-family models,
 else the left-padded `BatchKV` and the HF forward; first tokens are sampled from the prefill
-logits), then run ONE batched decode forward for all running requests, sample per request, and retire finished requests at once
-(stop token ids incl. eos, stop strings on the decoded text, max_new_tokens, context length) so
-their slots free for the next step. `pause()` stops stepping (running requests wait, new ones
+logits), then run ONE batched decode forward for all running requests, sample per request, and
+retire finished requests at once (stop token ids incl. eos, stop strings on the decoded text,
+max_new_tokens, context length) so their slots free for the next step (the last rows move into
+the freed slots: `fill_holes`). `pause()` stops stepping (running requests wait, new ones
 queue); `abort()` finishes requests with finish reason abort and what they generated so far.
 Weight updates take `model_lock`, so they happen between steps.
 
@@ -35,6 +36,17 @@ from slime.backends.local_engine.sampling import SamplingParams, sample_next_tok
 from slime.backends.local_engine.slot_kv import SlotKV, supports_slot_kv
 
 logger = logging.getLogger(__name__)
+
+
+def fill_holes(keep: list[int]) -> list[int]:
+    """The new row order after retiring: the kept rows (indices of the old batch, ascending) that
+    are below the new batch size stay where they are, and the rows beyond it move into the freed
+    slots. So only as many KV cache rows move as there are holes (rows are independent in a
+    step, so their order changes no result)."""
+    size = len(keep)
+    movers = iter(i for i in keep if i >= size)
+    kept = set(keep)
+    return [i if i in kept else next(movers) for i in range(size)]
 
 
 def error_result(message: str, code: int) -> dict:
@@ -295,7 +307,7 @@ class Scheduler:
 
     def _retire(self) -> None:
         """Remove every running request that has a finish reason; deliver their results."""
-        keep = [i for i, r in enumerate(self._running) if r.finish_reason is None]
+        keep = fill_holes([i for i, r in enumerate(self._running) if r.finish_reason is None])
         done = [r for r in self._running if r.finish_reason is not None]
         self._kv.keep_rows(keep)
         self._running = [self._running[i] for i in keep]
