@@ -8,10 +8,8 @@ rows directly over the HF model's modules (embedding, per layer: input norm, q/k
 q/k norms, RoPE, the new key/value written in place at column len_b, SDPA over columns 0..max len
 with a length mask, o_proj, the layer's MLP or MoE block; final norm, lm_head), which is the
 HF decoder layer's math without its per-step 4-D mask building and cache concatenation. Module
-hooks (e.g. on MoE routers) still fire: modules are called, except unhooked `nn.Linear`
-projections (and the dense MLP around them), which run as `F.linear` on their own weights (the
-same op, without the module call's overhead). The new keys/values of all rows go in with one
-`index_copy_` per buffer. The result is bitwise the same as calling every module (tested).
+hooks (e.g. on MoE routers) still fire: the modules themselves are called. The new keys/values
+of all rows go in with one `index_copy_` per buffer.
 
 `supports_slot_kv(model)` accepts the structures this math is exact for (Qwen3 / Qwen3-MoE, full
 attention); any other model keeps `BatchKV` and the HF forward.
@@ -21,8 +19,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.nn.modules import module as nn_module
 
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
@@ -68,30 +64,12 @@ def _moe(mlp, x: torch.Tensor) -> torch.Tensor:
 
 # Experts up to which `_moe` computes all of them (cheaper than routing at this size).
 DENSE_MOE_MAX_EXPERTS = 16
-# Dense MLP blocks whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
-DENSE_MLPS = ("Qwen3MLP", "Qwen3MoeMLP")
-
-
-def _linear(module, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)`; as `F.linear` directly (no module call overhead) for an unhooked nn.Linear."""
-    if type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks or _global_hooks()):
-        return F.linear(x, module.weight, module.bias)
-    return module(x)
-
-
-def _global_hooks() -> bool:
-    """Whether global forward hooks exist (`register_module_forward_hook`: they fire for every module)."""
-    return bool(getattr(nn_module, "_global_forward_hooks", None)
-                or getattr(nn_module, "_global_forward_pre_hooks", None))
 
 
 def _mlp(block, x: torch.Tensor) -> torch.Tensor:
     mlp = block.mlp
-    kind = type(mlp).__name__
-    if kind == "Qwen3MoeSparseMoeBlock" and mlp.experts.gate_up_proj.shape[0] <= DENSE_MOE_MAX_EXPERTS:
+    if type(mlp).__name__ == "Qwen3MoeSparseMoeBlock" and mlp.experts.gate_up_proj.shape[0] <= DENSE_MOE_MAX_EXPERTS:
         return _moe(mlp, x)
-    if kind in DENSE_MLPS and not (mlp._forward_hooks or mlp._forward_pre_hooks or _global_hooks()):
-        return _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
     return mlp(x)
 
 
@@ -193,17 +171,17 @@ class SlotKV:
         for layer, block in enumerate(inner.layers):
             attn = block.self_attn
             x = _norm(block.input_layernorm, hidden)
-            q = _rope(_norm(attn.q_norm, _linear(attn.q_proj, x).view(batch, 1, -1, dim)).transpose(1, 2), cos,
+            q = _rope(_norm(attn.q_norm, attn.q_proj(x).view(batch, 1, -1, dim)).transpose(1, 2), cos,
                       signed_sin)
-            k = _rope(_norm(attn.k_norm, _linear(attn.k_proj, x).view(batch, 1, -1, dim)).transpose(1, 2), cos,
+            k = _rope(_norm(attn.k_norm, attn.k_proj(x).view(batch, 1, -1, dim)).transpose(1, 2), cos,
                       signed_sin)
-            v = _linear(attn.v_proj, x).view(batch, 1, -1, dim).transpose(1, 2)
+            v = attn.v_proj(x).view(batch, 1, -1, dim).transpose(1, 2)
             keys, values = self.keys[layer], self.values[layer]
             keys.view(-1, dim).index_copy_(0, slots, k.reshape(-1, dim))  # the new key/value in place
             values.view(-1, dim).index_copy_(0, slots, v.reshape(-1, dim))
             out = F.scaled_dot_product_attention(q, keys[:batch, :, :columns], values[:batch, :, :columns],
                                                  attn_mask=mask, scale=attn.scaling, enable_gqa=True)
-            hidden = hidden + _linear(attn.o_proj, out.transpose(1, 2).reshape(batch, 1, -1))
+            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, 1, -1))
             hidden = hidden + _mlp(block, _norm(block.post_attention_layernorm, hidden))
         self.lengths[:batch] += 1
         return model.lm_head(_norm(inner.norm, hidden)[:, -1])
