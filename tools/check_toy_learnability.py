@@ -1,12 +1,16 @@
-"""Quick check that the tiny MoE learns the toy task with GRPO, outside the framework.
+"""Quick check that the tiny MoE learns a toy task with GRPO, outside the framework.
 
 Owns a minimal on-policy GRPO loop in plain transformers (no Megatron, no engine): sample
 `--n-samples` one-token responses per prompt at temperature 1, reward 1 for the exact label,
 advantage (r - group mean) / (group std + 1e-6), loss = -(advantage * logprob) averaged, one Adam
 step per rollout. It prints one line per step and a summary (steps and seconds to reach mean
 reward >= `--target`, held-out greedy accuracy), so the task and model sizes can be re-tuned.
+`--task parity_twice` runs the multi-token task instead (tools/toy_multi_token.py: responses of up
+to `--max-len` tokens, the `char_match` reward, `--entropy-coef`; the held-out score is the greedy
+responses' mean char_match), as `TASK=parity_twice bash scripts/run-tiny-moe-cpu.sh` trains it.
 
 Usage: python tools/check_toy_learnability.py [--steps 100] [--lr 2e-3] [--seed 0]
+       python tools/check_toy_learnability.py --task parity_twice --steps 200 --entropy-coef 0.03
 """
 
 import argparse
@@ -86,38 +90,59 @@ def greedy_accuracy(model, prompts, labels) -> float:
         return (next_token_logprobs(model, prompts).argmax(-1) == labels).float().mean().item()
 
 
-def run(steps: int, lr: float, seed: int, batch: int, n_samples: int, target: float, clip_grad: float) -> dict:
-    """Train the tiny MoE on the toy task; return a summary dict (see module docstring)."""
+def _one_token_step(model, optimizer, tokenizer, rows, evals, opts, gen) -> tuple[float, float]:
+    """(mean reward, greedy eval accuracy) after one GRPO step on one-token responses."""
+    prompts, labels = encode_prompts(tokenizer, rows)
+    reward = grpo_step(model, optimizer, prompts, labels, opts.n_samples, gen, opts.clip_grad)
+    return reward, greedy_accuracy(model, *encode_prompts(tokenizer, evals))
+
+
+def _multi_token_step(model, optimizer, tokenizer, rows, evals, opts, gen) -> tuple[float, float]:
+    """(mean reward, greedy eval char_match) after one GRPO step on multi-token responses."""
+    multi = _load_tool("toy_multi_token")
+    prompts, labels = multi.encode_prompts(tokenizer, rows)
+    reward, _cut = multi.grpo_step(model, optimizer, tokenizer, prompts, labels, opts.n_samples, gen,
+                                   max_len=opts.max_len, entropy_coef=opts.entropy_coef, clip_grad=opts.clip_grad)
+    return reward, multi.greedy_score(model, tokenizer, *multi.encode_prompts(tokenizer, evals), opts.max_len)
+
+
+# task -> one GRPO step and the held-out score
+STEPS = {"parity": _one_token_step, "parity_twice": _multi_token_step}
+
+
+def run(opts) -> dict:
+    """Train the tiny MoE on `opts.task`; return a summary dict (see module docstring)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(seed)
+    torch.manual_seed(opts.seed)
     work = Path(tempfile.mkdtemp(prefix="toy_learnability_"))
-    hf = _load_tool("make_tiny_model").make_tiny_model(work / "hf", variant="moe", seed=seed)
-    data = _load_tool("make_toy_data").make_toy_data(work / "data", seed=seed, num_train=batch * steps)
+    hf = _load_tool("make_tiny_model").make_tiny_model(work / "hf", variant="moe", seed=opts.seed)
+    data = _load_tool("make_toy_data").make_toy_data(work / "data", seed=opts.seed, num_train=opts.batch * opts.steps,
+                                                      task=opts.task)
     tokenizer = AutoTokenizer.from_pretrained(hf)
     model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
     train = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
-    evals = encode_prompts(tokenizer, [json.loads(x) for x in (data / "eval.jsonl").read_text().splitlines()])
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    gen = torch.Generator().manual_seed(seed)
-    summary = {"start_reward": None, "steps_to_target": None, "seconds_to_target": None}
+    evals = [json.loads(x) for x in (data / "eval.jsonl").read_text().splitlines()]
+    optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(opts.seed)
+    summary = {"task": opts.task, "start_reward": None, "steps_to_target": None, "seconds_to_target": None}
     t0 = time.perf_counter()
-    for step in range(steps):
-        prompts, labels = encode_prompts(tokenizer, train[step * batch:(step + 1) * batch])
-        reward = grpo_step(model, optimizer, prompts, labels, n_samples, gen, clip_grad)
+    for step in range(opts.steps):
+        rows = train[step * opts.batch:(step + 1) * opts.batch]
+        reward, held_out = STEPS[opts.task](model, optimizer, tokenizer, rows, evals, opts, gen)
         summary["start_reward"] = reward if step == 0 else summary["start_reward"]
-        logger.info("step %3d  reward %.3f  eval_greedy %.3f", step, reward, greedy_accuracy(model, *evals))
-        if reward >= target and summary["steps_to_target"] is None:
+        logger.info("step %3d  reward %.3f  eval_greedy %.3f", step, reward, held_out)
+        if reward >= opts.target and summary["steps_to_target"] is None:
             summary.update(steps_to_target=step, seconds_to_target=round(time.perf_counter() - t0, 1))
-    summary["final_eval_greedy_accuracy"] = greedy_accuracy(model, *evals)
+    summary["final_eval_greedy"] = held_out
     summary["final_train_reward"] = reward
     return summary
 
 
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="parity", choices=sorted(STEPS), help="toy task (tools/make_toy_data.py)")
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps (one rollout each)")
     parser.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of model, data and sampling")
@@ -125,5 +150,11 @@ if __name__ == "__main__":
     parser.add_argument("--n-samples", type=int, default=8, help="samples per prompt (GRPO group)")
     parser.add_argument("--target", type=float, default=0.9, help="mean reward to report time to")
     parser.add_argument("--clip-grad", type=float, default=1.0, help="global grad-norm clip (Megatron's default); 0: off")
-    cli = parser.parse_args()
-    logger.info("%s", json.dumps(run(cli.steps, cli.lr, cli.seed, cli.batch, cli.n_samples, cli.target, cli.clip_grad)))
+    parser.add_argument("--max-len", type=int, default=3, help="parity_twice: response token limit")
+    parser.add_argument("--entropy-coef", type=float, default=0.03, help="parity_twice: entropy bonus")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logger.info("%s", json.dumps(run(parse_args())))
