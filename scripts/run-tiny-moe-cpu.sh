@@ -15,7 +15,8 @@
 # without <|im_end|>), an entropy bonus (--entropy-coef 0.03: without it the policy settles on one
 # answer for every prompt once the stop is learnt, mean reward 0.67), NUM_ROLLOUT 200 and LR 2e-3
 # by default; outputs in runs/tiny-moe-cpu-parity_twice. Seen: mean reward >= 0.9 from rollout
-# ~185 (about 11 minutes on busy shared cores), eval 0.96 at 190; see README ("multi-token task").
+# ~185 (6 min 13 s after the command started on idle cores, 11 minutes on busy ones), eval 0.98
+# after 200 rollouts; see README ("multi-token task").
 #
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
