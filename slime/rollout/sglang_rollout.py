@@ -21,15 +21,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-import aiohttp
-
 from slime.rollout.direct_engines import DirectEngines
 from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.rollout.router_requests import _send_generate, router_client
+from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_url  # noqa: F401 re-exported
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
 from slime.utils import engine_requests
-from slime.utils.engine_client import EngineClient, EngineHTTPError
+from slime.utils.engine_client import EngineClient
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
     call_custom_generate,
@@ -107,23 +107,6 @@ class RolloutContext:
         )
 
 
-# sglang-router's own request timeout when --router-request-timeout-secs is not given.
-ROUTER_DEFAULT_REQUEST_TIMEOUT_S = 1800
-
-
-def router_client(args) -> EngineClient:
-    """The rollout's client of the router; it waits as long as the router does for an engine's
-    answer (--router-request-timeout-secs, else the router's default)."""
-    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
-    return EngineClient(router_url(args), timeout=float(timeout))
-
-
-def router_url(args) -> str:
-    if not args.sglang_router_ip or not args.sglang_router_port:
-        raise ValueError("no router address: --sglang-router-ip/--sglang-router-port are unset")
-    return f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
-
-
 def sample_seed(args, rollout_id, sample: Sample) -> int:
     """Per-request sampling seed from `--rollout-seed`, the rollout id and the sample index, so a
     resumed run draws the same responses as an uninterrupted one (engines that honour seeds)."""
@@ -183,37 +166,6 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
         sample.rollout_routed_experts = None
         append_routed_experts(sample, args, meta)
     return sample
-
-
-# With --use-fault-tolerance a /generate whose engine died is re-sent this many times in all,
-# waiting FT_RETRY_BACKOFF_S * 2**k (capped) between attempts while the manager restarts the engine.
-FT_MAX_ATTEMPTS = 8
-FT_RETRY_BACKOFF_S = 0.5
-FT_RETRY_BACKOFF_MAX_S = 8.0
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Connection failures, timeouts and 5xx answers (a dead engine behind the router)."""
-    if isinstance(exc, EngineHTTPError):
-        return exc.status >= 500
-    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
-
-
-async def _send_generate(args, client: EngineClient, payload: dict) -> dict:
-    """POST /generate once, or with `--use-fault-tolerance` up to FT_MAX_ATTEMPTS times on
-    retryable failures (the request is re-sent whole: no partial output was kept)."""
-    attempts = FT_MAX_ATTEMPTS if getattr(args, "use_fault_tolerance", False) else 1
-    attempt = 1
-    while True:
-        try:
-            return await client.generate(payload)
-        except (EngineHTTPError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            if attempt >= attempts or not _retryable(exc):
-                raise
-            delay = min(FT_RETRY_BACKOFF_S * 2 ** (attempt - 1), FT_RETRY_BACKOFF_MAX_S)
-            logger.warning("generate failed (attempt %d of %d): %s; retrying in %.1fs", attempt, attempts, exc, delay)
-            await asyncio.sleep(delay)
-            attempt += 1
 
 
 async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):

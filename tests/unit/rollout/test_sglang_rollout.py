@@ -14,7 +14,7 @@ import pytest
 
 from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
 from slime.backends.sglang_utils.router import RouterProcess, add_worker
-from slime.rollout import sglang_rollout
+from slime.rollout import router_requests, sglang_rollout
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
 from slime.utils.arguments import parse_args
@@ -142,7 +142,7 @@ def test_fault_tolerance_gives_up_after_bounded_attempts(args, monkeypatch):
         raise EngineHTTPError(f"{self.base_url}/generate", 503, "engine gone")
 
     monkeypatch.setattr(EngineClient, "generate", failing)
-    monkeypatch.setattr(sglang_rollout, "FT_RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(router_requests, "FT_RETRY_BACKOFF_S", 0.0)
     with pytest.raises(EngineHTTPError, match="503"):
         _one_request(args)
     assert len(calls) == sglang_rollout.FT_MAX_ATTEMPTS
