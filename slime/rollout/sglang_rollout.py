@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -39,8 +38,6 @@ from slime.utils.plugins import (
 )
 from slime.utils.sample_append import append_routed_experts
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
-
-logger = logging.getLogger(__name__)
 
 
 def sampling_params_from_args(args, evaluation: bool = False) -> dict:
