@@ -34,17 +34,22 @@ def _load_tool(name: str):
     return module
 
 
+def chat_prompt_ids(tokenizer, rows: list[dict]) -> list[list[int]]:
+    """Token ids of each row's prompt as a user turn, with the chat template's generation prompt."""
+    ids = []
+    for row in rows:
+        msgs = [{"role": "user", "content": row["prompt"]}]
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        ids.append(tokenizer(text)["input_ids"])
+    return ids
+
+
 def encode_prompts(tokenizer, rows: list[dict]):
     """Return (list of prompt-id tensors, label token ids) with the chat template applied."""
     import torch
 
-    prompts, labels = [], []
-    for row in rows:
-        msgs = [{"role": "user", "content": row["prompt"]}]
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        prompts.append(torch.tensor(tokenizer(text)["input_ids"]))
-        labels.append(tokenizer.convert_tokens_to_ids(row["label"]))
-    return prompts, torch.tensor(labels)
+    prompts = [torch.tensor(ids) for ids in chat_prompt_ids(tokenizer, rows)]
+    return prompts, torch.tensor([tokenizer.convert_tokens_to_ids(row["label"]) for row in rows])
 
 
 def next_token_logprobs(model, prompts):
@@ -90,24 +95,35 @@ def greedy_accuracy(model, prompts, labels) -> float:
         return (next_token_logprobs(model, prompts).argmax(-1) == labels).float().mean().item()
 
 
-def _one_token_step(model, optimizer, tokenizer, rows, evals, opts, gen) -> tuple[float, float]:
-    """(mean reward, greedy eval accuracy) after one GRPO step on one-token responses."""
-    prompts, labels = encode_prompts(tokenizer, rows)
-    reward = grpo_step(model, optimizer, prompts, labels, opts.n_samples, gen, opts.clip_grad)
-    return reward, greedy_accuracy(model, *encode_prompts(tokenizer, evals))
+def _one_token_task(tokenizer, evals: list[dict], opts):
+    """step(model, optimizer, rows, gen) -> (mean reward, greedy eval accuracy), one-token responses."""
+    held_out = encode_prompts(tokenizer, evals)
+
+    def step(model, optimizer, rows, gen):
+        prompts, labels = encode_prompts(tokenizer, rows)
+        reward = grpo_step(model, optimizer, prompts, labels, opts.n_samples, gen, opts.clip_grad)
+        return reward, greedy_accuracy(model, *held_out)
+
+    return step
 
 
-def _multi_token_step(model, optimizer, tokenizer, rows, evals, opts, gen) -> tuple[float, float]:
-    """(mean reward, greedy eval char_match) after one GRPO step on multi-token responses."""
+def _multi_token_task(tokenizer, evals: list[dict], opts):
+    """step(model, optimizer, rows, gen) -> (mean reward, greedy eval char_match), multi-token responses."""
     multi = _load_tool("toy_multi_token")
-    prompts, labels = multi.encode_prompts(tokenizer, rows)
-    reward, _cut = multi.grpo_step(model, optimizer, tokenizer, prompts, labels, opts.n_samples, gen,
-                                   max_len=opts.max_len, entropy_coef=opts.entropy_coef, clip_grad=opts.clip_grad)
-    return reward, multi.greedy_score(model, tokenizer, *multi.encode_prompts(tokenizer, evals), opts.max_len)
+    held_out = chat_prompt_ids(tokenizer, evals), [str(row["label"]) for row in evals]
+
+    def step(model, optimizer, rows, gen):
+        labels = [str(row["label"]) for row in rows]
+        reward, _cut = multi.grpo_step(model, optimizer, tokenizer, chat_prompt_ids(tokenizer, rows), labels,
+                                       opts.n_samples, gen, max_len=opts.max_len, entropy_coef=opts.entropy_coef,
+                                       clip_grad=opts.clip_grad)
+        return reward, multi.greedy_score(model, tokenizer, *held_out, opts.max_len)
+
+    return step
 
 
-# task -> one GRPO step and the held-out score
-STEPS = {"parity": _one_token_step, "parity_twice": _multi_token_step}
+# task -> (tokenizer, eval rows, options) -> one GRPO step returning (mean reward, held-out score)
+TASKS = {"parity": _one_token_task, "parity_twice": _multi_token_task}
 
 
 def run(opts) -> dict:
@@ -126,11 +142,12 @@ def run(opts) -> dict:
     evals = [json.loads(x) for x in (data / "eval.jsonl").read_text().splitlines()]
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(opts.seed)
+    step_fn = TASKS[opts.task](tokenizer, evals, opts)
     summary = {"task": opts.task, "start_reward": None, "steps_to_target": None, "seconds_to_target": None}
     t0 = time.perf_counter()
     for step in range(opts.steps):
         rows = train[step * opts.batch:(step + 1) * opts.batch]
-        reward, held_out = STEPS[opts.task](model, optimizer, tokenizer, rows, evals, opts, gen)
+        reward, held_out = step_fn(model, optimizer, rows, gen)
         summary["start_reward"] = reward if step == 0 else summary["start_reward"]
         logger.info("step %3d  reward %.3f  eval_greedy %.3f", step, reward, held_out)
         if reward >= opts.target and summary["steps_to_target"] is None:
@@ -142,7 +159,7 @@ def run(opts) -> dict:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", default="parity", choices=sorted(STEPS), help="toy task (tools/make_toy_data.py)")
+    parser.add_argument("--task", default="parity", choices=sorted(TASKS), help="toy task (tools/make_toy_data.py)")
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps (one rollout each)")
     parser.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of model, data and sampling")

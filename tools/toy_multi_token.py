@@ -16,16 +16,6 @@ import torch
 from slime.rollout.rm_hub.char_match import char_match_score
 
 
-def encode_prompts(tokenizer, rows: list[dict]) -> tuple[list[list[int]], list[str]]:
-    """(prompt token ids with the chat template applied, label strings)."""
-    prompts = []
-    for row in rows:
-        msgs = [{"role": "user", "content": row["prompt"]}]
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        prompts.append(tokenizer(text)["input_ids"])
-    return prompts, [str(row["label"]) for row in rows]
-
-
 def _by_length(items: list, key) -> dict:
     groups = {}
     for i, item in enumerate(items):

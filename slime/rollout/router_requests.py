@@ -47,7 +47,7 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
 
 
-async def _send_generate(args, client: EngineClient, payload: dict) -> dict:
+async def send_generate(args, client: EngineClient, payload: dict) -> dict:
     """POST /generate once, or with `--use-fault-tolerance` up to FT_MAX_ATTEMPTS times on
     retryable failures (the request is re-sent whole: no partial output was kept)."""
     attempts = FT_MAX_ATTEMPTS if getattr(args, "use_fault_tolerance", False) else 1

@@ -22,7 +22,7 @@ from typing import Callable
 
 from slime.rollout.direct_engines import DirectEngines
 from slime.rollout.rm_hub import async_rm, batched_async_rm
-from slime.rollout.router_requests import _send_generate, router_client
+from slime.rollout.router_requests import send_generate, router_client
 from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_url  # noqa: F401 re-exported
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
@@ -146,7 +146,7 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
     payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
                                        return_logprob=True,
                                        return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
-    output = await _send_generate(args, await ctx.generate_client(payload), payload)
+    output = await send_generate(args, await ctx.generate_client(payload), payload)
     meta = output["meta_info"]
     new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
     sample.tokens = sample.tokens + new_tokens

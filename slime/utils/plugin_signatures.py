@@ -53,7 +53,7 @@ PLUGIN_FLAGS: dict[str, str] = {
 }
 
 
-def _bad(dest: str, fn: Callable, expected: str, got: Any) -> TypeError:
+def bad_return(dest: str, fn: Callable, expected: str, got: Any) -> TypeError:
     """A TypeError naming the flag, the user function, what was expected and what came back."""
     flag = "--" + dest.replace("_", "-")
     shown = repr(got)

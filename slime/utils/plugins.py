@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from slime.utils.misc import accepts_kwarg, filter_kwargs_for, function_path
-from slime.utils.plugin_signatures import PLUGIN_FLAGS, _bad
+from slime.utils.plugin_signatures import PLUGIN_FLAGS, bad_return
 from slime.utils.types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 TRAIN_DATA_REQUIRED_KEYS = (
@@ -49,7 +49,7 @@ def _regroup(dest: str, fn: Callable, args, samples: list[Sample]) -> list[list[
     """Split a flat sample list into groups of `--n-samples-per-prompt` (slime flattens anyway)."""
     n = int(getattr(args, "n_samples_per_prompt", 1) or 1)
     if len(samples) % n:
-        raise _bad(dest, fn, f"groups, or a flat list whose length divides by {n}", samples)
+        raise bad_return(dest, fn, f"groups, or a flat list whose length divides by {n}", samples)
     return [samples[i : i + n] for i in range(0, len(samples), n)]
 
 
@@ -69,17 +69,17 @@ def call_rollout_fn(fn: Callable, args, rollout_id: int, data_source, evaluation
         if not isinstance(out, RolloutFnEvalOutput) or not all(
             isinstance(v, dict) for v in out.data.values()
         ):
-            raise _bad(dest, fn, "RolloutFnEvalOutput or dict[str, dict]", out)
+            raise bad_return(dest, fn, "RolloutFnEvalOutput or dict[str, dict]", out)
         return out
     dest = "rollout_function_path"
     if isinstance(out, list):
         out = RolloutFnTrainOutput(samples=out)
     if not isinstance(out, RolloutFnTrainOutput) or not isinstance(out.samples, list):
-        raise _bad(dest, fn, "RolloutFnTrainOutput or list[list[Sample]]", out)
+        raise bad_return(dest, fn, "RolloutFnTrainOutput or list[list[Sample]]", out)
     if out.samples and all(isinstance(s, Sample) for s in out.samples):
         out.samples = _regroup(dest, fn, args, out.samples)
     if not _is_group_list(out.samples):
-        raise _bad(dest, fn, "samples as list[list[Sample]]", out.samples)
+        raise bad_return(dest, fn, "samples as list[list[Sample]]", out.samples)
     return out
 
 
@@ -98,7 +98,7 @@ async def call_custom_generate(
         return [out]
     if isinstance(out, list) and out and all(isinstance(s, Sample) for s in out):
         return out
-    raise _bad("custom_generate_function_path", fn, "Sample or non-empty list[Sample]", out)
+    raise bad_return("custom_generate_function_path", fn, "Sample or non-empty list[Sample]", out)
 
 
 def _is_reward(value: Any) -> bool:
@@ -114,14 +114,14 @@ async def call_reward_fn(fn: Callable, args, sample_or_samples, group: bool = Fa
     out = await _maybe_await(fn(args, sample_or_samples, **kwargs))
     if not group:
         if not _is_reward(out):
-            raise _bad("custom_rm_path", fn, "a float or a dict", out)
+            raise bad_return("custom_rm_path", fn, "a float or a dict", out)
         return out
     if isinstance(out, tuple):
         out = list(out)
     if not isinstance(out, list) or not all(_is_reward(r) for r in out):
-        raise _bad("custom_rm_path", fn, "(with --group-rm) a list of floats or dicts", out)
+        raise bad_return("custom_rm_path", fn, "(with --group-rm) a list of floats or dicts", out)
     if len(out) != len(sample_or_samples):
-        raise _bad(
+        raise bad_return(
             "custom_rm_path", fn, f"(with --group-rm) {len(sample_or_samples)} rewards", out
         )
     return out
@@ -142,7 +142,7 @@ def call_dynamic_filter(fn: Callable, args, samples: list[Sample], **kwargs) -> 
     out = raw if isinstance(raw, DynamicFilterOutput) else DynamicFilterOutput(keep=raw)
     keep = _as_bool(out.keep)
     if keep is None or (out.reason is not None and not isinstance(out.reason, str)):
-        raise _bad("dynamic_sampling_filter_path", fn, "DynamicFilterOutput or bool", raw)
+        raise bad_return("dynamic_sampling_filter_path", fn, "DynamicFilterOutput or bool", raw)
     return DynamicFilterOutput(keep=keep, reason=out.reason,
                                keep_when_insufficient=bool(getattr(out, "keep_when_insufficient", False)))
 
@@ -155,7 +155,7 @@ async def call_sample_hook(fn: Callable, args, sample: Sample, **kwargs) -> Samp
     if out is None:
         return sample
     if not isinstance(out, Sample):
-        raise _bad("rollout_sample_hook_path", fn, "a Sample or None", out)
+        raise bad_return("rollout_sample_hook_path", fn, "a Sample or None", out)
     return out
 
 
@@ -174,7 +174,7 @@ def call_buffer_filter(
     """
     out = fn(args, rollout_id, buffer, num_samples)
     if not _is_group_list(out):
-        raise _bad("buffer_filter_path", fn, "list[list[Sample]]", out)
+        raise bad_return("buffer_filter_path", fn, "list[list[Sample]]", out)
     taken = {id(g) for g in out}
     buffer[:] = [g for g in buffer if id(g) not in taken]
     return out
@@ -185,13 +185,13 @@ def call_reward_post_process(fn: Callable, args, samples: list[Sample]) -> tuple
     out = fn(args, samples)
     dest = "custom_reward_post_process_path"
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise _bad(dest, fn, "a (raw_rewards, rewards) pair", out)
+        raise bad_return(dest, fn, "a (raw_rewards, rewards) pair", out)
     raw, rewards = out
     for value in (raw, rewards):
         if not isinstance(value, (list, tuple, torch.Tensor, np.ndarray)) or len(value) != len(
             samples
         ):
-            raise _bad(dest, fn, f"raw_rewards and rewards of length {len(samples)}", out)
+            raise bad_return(dest, fn, f"raw_rewards and rewards of length {len(samples)}", out)
     return raw, rewards
 
 
@@ -200,7 +200,7 @@ def call_convert_samples_to_train_data(fn: Callable, args, samples: list[Sample]
     out = fn(args, samples)
     dest = "custom_convert_samples_to_train_data_path"
     if not isinstance(out, dict):
-        raise _bad(dest, fn, "a dict", out)
+        raise bad_return(dest, fn, "a dict", out)
     missing = [k for k in TRAIN_DATA_REQUIRED_KEYS if k not in out]
     if missing:
         raise KeyError(
@@ -214,7 +214,7 @@ def call_rollout_data_postprocess(fn: Callable, args, rollout_id: int, rollout_d
     """Call `--rollout-data-postprocess-path`, which mutates `rollout_data` in place."""
     out = fn(args, rollout_id, rollout_data)
     if out is not None and out is not rollout_data:
-        raise _bad("rollout_data_postprocess_path", fn, "None (mutate rollout_data)", out)
+        raise bad_return("rollout_data_postprocess_path", fn, "None (mutate rollout_data)", out)
 
 
 def call_custom_loss(
@@ -229,7 +229,7 @@ def call_custom_loss(
         or out[0].numel() != 1
         or not isinstance(out[1], dict)
     ):
-        raise _bad("custom_loss_function_path", fn, "(scalar loss tensor, dict)", out)
+        raise bad_return("custom_loss_function_path", fn, "(scalar loss tensor, dict)", out)
     return out[0], out[1]
 
 
@@ -270,7 +270,7 @@ def call_custom_tis(
         or not isinstance(out[0], torch.Tensor)
         or not isinstance(out[2], dict)
     ):
-        raise _bad("custom_tis_function_path", fn, "(pg_loss tensor, masks, metrics dict)", out)
+        raise bad_return("custom_tis_function_path", fn, "(pg_loss tensor, masks, metrics dict)", out)
     return out[0], out[1], out[2]
 
 
@@ -281,7 +281,7 @@ def call_model_provider(fn: Callable, pre_process: bool, post_process: bool, vp_
     else:
         out = fn(pre_process, post_process)
     if not isinstance(out, torch.nn.Module):
-        raise _bad("custom_model_provider_path", fn, "a torch.nn.Module (GPTModel)", out)
+        raise bad_return("custom_model_provider_path", fn, "a torch.nn.Module (GPTModel)", out)
     return out
 
 
@@ -289,7 +289,7 @@ def call_megatron_init(fn: Callable, args) -> None:
     """Call `--custom-megatron-init-path` after Megatron's own initialisation."""
     out = fn(args)
     if out is not None:
-        raise _bad("custom_megatron_init_path", fn, "None", out)
+        raise bad_return("custom_megatron_init_path", fn, "None", out)
 
 
 def call_before_train_step_hook(
@@ -298,7 +298,7 @@ def call_before_train_step_hook(
     """Call `--custom-megatron-before-train-step-hook-path` before each optimizer step."""
     out = fn(args, rollout_id, step_id, model, optimizer, opt_param_scheduler)
     if out is not None:
-        raise _bad("custom_megatron_before_train_step_hook_path", fn, "None", out)
+        raise bad_return("custom_megatron_before_train_step_hook_path", fn, "None", out)
 
 
 def call_pg_loss_reducer_factory(fn: Callable, total_lengths, response_lengths, loss_masks,
@@ -308,12 +308,12 @@ def call_pg_loss_reducer_factory(fn: Callable, total_lengths, response_lengths, 
     dest = "custom_pg_loss_reducer_function_path"
     reducer = fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)
     if not callable(reducer):
-        raise _bad(dest, fn, "a reducer callable", reducer)
+        raise bad_return(dest, fn, "a reducer callable", reducer)
 
     def reduce(x: torch.Tensor) -> torch.Tensor:
         out = reducer(x)
         if not isinstance(out, torch.Tensor) or out.numel() != 1:
-            raise _bad(dest, fn, "a reducer returning a scalar tensor", out)
+            raise bad_return(dest, fn, "a reducer returning a scalar tensor", out)
         return out
 
     return reduce
@@ -323,14 +323,14 @@ def call_before_log_prob_hook(fn: Callable, args, model, store_prefix: str) -> N
     """Call `--custom-megatron-before-log-prob-hook-path` before a log-prob pass."""
     out = fn(args, model, store_prefix)
     if out is not None:
-        raise _bad("custom_megatron_before_log_prob_hook_path", fn, "None", out)
+        raise bad_return("custom_megatron_before_log_prob_hook_path", fn, "None", out)
 
 
 def call_update_weight_post_write(fn: Callable, args, version_dir: str, rollout_engines) -> None:
     """Call `--custom-update-weight-post-write-path` after the weights are written to disk."""
     out = fn(args, version_dir, rollout_engines)
     if out is not None:
-        raise _bad("custom_update_weight_post_write_path", fn, "None", out)
+        raise bad_return("custom_update_weight_post_write_path", fn, "None", out)
 
 
 _DATA_SOURCE_METHODS = ("get_samples", "add_samples", "save", "load", "__len__")

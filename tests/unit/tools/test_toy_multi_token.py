@@ -8,6 +8,7 @@ import torch
 from tests.conftest import load_tool
 
 multi = load_tool("toy_multi_token")
+toy = load_tool("check_toy_learnability")
 ROWS = [{"prompt": "12 mod 2 twice", "label": "00"}, {"prompt": "7 mod 2 twice", "label": "11"}]
 
 
@@ -22,7 +23,7 @@ def model_and_tokenizer(tiny_moe_hf):
 def test_responses_end_at_the_end_of_turn_or_the_limit(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    prompts, _ = multi.encode_prompts(tokenizer, ROWS * 32)
+    prompts = toy.chat_prompt_ids(tokenizer, ROWS * 32)
     responses = multi.sample_responses(model, prompts, 3, eot, torch.Generator().manual_seed(0))
     for r in responses:
         assert 1 <= len(r) <= 3 and eot not in r[:-1]
@@ -47,7 +48,7 @@ def test_a_step_raises_the_better_responses_probability(model_and_tokenizer, mon
     model, tokenizer = model_and_tokenizer
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
     right, wrong = [tokenizer.convert_tokens_to_ids("0")] * 2 + [eot], [tokenizer.convert_tokens_to_ids("1")] * 2 + [eot]
-    prompts, labels = multi.encode_prompts(tokenizer, ROWS[:1])
+    prompts, labels = toy.chat_prompt_ids(tokenizer, ROWS[:1]), [ROWS[0]["label"]]
     monkeypatch.setattr(multi, "sample_responses", lambda *a, **k: [right, wrong])
 
     def logp(response):
