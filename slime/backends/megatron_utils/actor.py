@@ -20,7 +20,8 @@ import torch.distributed as dist
 from slime.backends.megatron_utils import advantage_data, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
-from slime.backends.megatron_utils.data_split import DataSplitMixin, _mpu
+from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
+from slime.backends.megatron_utils.data_split import DataSplitMixin
 from slime.utils.plugins import (call_before_log_prob_hook, call_before_train_step_hook, call_custom_advantage,
                                  call_custom_loss, call_rollout_data_postprocess)
 from slime.utils.advantages import advantage_options_from_args

@@ -27,9 +27,10 @@ import torch.distributed as dist
 
 from slime.backends.megatron_utils import advantage_data
 from slime.backends.megatron_utils import train_step as ts
-from slime.backends.megatron_utils.actor import MegatronTrainer, _mpu
+from slime.backends.megatron_utils.actor import MegatronTrainer
 from slime.backends.megatron_utils.logprobs import gather_context_parallel
 from slime.backends.megatron_utils.model import build_train_state, unwrap
+from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.utils.arguments.critic import critic_view
 from slime.utils.losses import get_sum_of_sample_mean
 from slime.utils.ppo_utils import compute_value_loss

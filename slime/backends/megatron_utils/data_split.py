@@ -14,13 +14,8 @@ import torch.distributed as dist
 from slime.backends.megatron_utils import routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.packing import local_row_length
+from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
-
-
-def _mpu():
-    from megatron.core import parallel_state as mpu
-
-    return mpu
 
 
 class DataSplitMixin:

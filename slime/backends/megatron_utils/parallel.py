@@ -22,6 +22,13 @@ from slime.utils.misc import free_port
 logger = logging.getLogger(__name__)
 
 
+def megatron_parallel_state():
+    """megatron.core's parallel_state, imported on first use (megatron stays out of module imports)."""
+    from megatron.core import parallel_state
+
+    return parallel_state
+
+
 def default_backend() -> str:
     """``nccl`` when CUDA is available, ``gloo`` otherwise."""
     return "nccl" if torch.cuda.is_available() else "gloo"

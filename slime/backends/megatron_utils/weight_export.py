@@ -23,15 +23,10 @@ import torch
 import torch.distributed as dist
 
 from slime.backends.megatron_utils.hf_loader import mapped_tensors, shard_context_for
+from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
 
 logger = logging.getLogger(__name__)
-
-
-def _mpu():
-    from megatron.core import parallel_state as mpu
-
-    return mpu
 
 
 def is_weight_sender() -> bool:
