@@ -32,7 +32,6 @@ _TRAIN_SWITCHES = (
     ("--optimizer-cpu-offload", "Keep optimizer state and run the optimizer step on the CPU."),
     ("--overlap-cpu-optimizer-d2h-h2d", "Overlap device<->host copies of the CPU optimizer."),
     ("--use-precision-aware-optimizer", "Optimizer keeps main params and moments in the dtypes below."),
-    ("--use-distributed-optimizer", "Shard optimizer state across data-parallel ranks."),
     ("--overlap-grad-reduce", "Overlap the gradient reduce-scatter with backward."),
     ("--overlap-param-gather", "Overlap the parameter all-gather with forward."),
     ("--accumulate-allreduce-grads-in-fp32", "Accumulate and all-reduce gradients in fp32."),
@@ -153,6 +152,10 @@ def _add_optimizer(group) -> None:
     for flag, choices in _DTYPE_CHOICES.items():
         add(flag, choices=choices, default="fp32", help=f"{flag[2:]} with --use-precision-aware-optimizer.")
     _switches(group, _TRAIN_SWITCHES)
+    # slime always trains with the distributed optimizer (megatron-core's precision-aware optimizer,
+    # which every MoE recipe uses with CPU Adam, asserts it); the flag stays accepted.
+    group.add_argument("--use-distributed-optimizer", action="store_true", default=True,
+                       help="Shard optimizer state across data-parallel ranks (always on, as in slime).")
     for flag, dest, help_text in _FUSION_OFF:
         add(flag, dest=dest, action="store_false", default=True, help=help_text)
 
