@@ -81,9 +81,13 @@ class RunLock:
         return self
 
     def _lock_one(self, flag: str, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_NAME
-        f = open(path, "a+")  # not truncated before the lock is ours: the holder's record stays readable
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            f = open(path, "a+")  # not truncated before the lock is ours: the holder's record stays readable
+        except OSError as e:
+            raise RunFolderError(f"{flag} {folder}: cannot write there ({e.strerror or e}); choose a folder you "
+                                 "can write to") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

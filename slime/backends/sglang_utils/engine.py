@@ -27,6 +27,7 @@ from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nn
                                                      sglang_server_args)
 from slime.utils.arguments.sglang import DEFAULT_ENGINE_START_TIMEOUT
 from slime.utils.engine_client import wait_until_healthy
+from slime.utils.failure import last_error_line
 from slime.utils.misc import free_port
 from slime.utils.security import job_api_key, redact_argv
 
@@ -113,9 +114,10 @@ class SGLangEngine:
         if self.serves_http:
             try:
                 wait_until_healthy(self.url, timeout=timeout, process=self.process)
-            except RuntimeError as error:
+            except RuntimeError as error:  # the engine's own error first, then its exit code and log
+                own = last_error_line(self.log_path)
                 hint = f"; see {self.log_path}" if self.log_path else ""
-                raise RuntimeError(f"SGLang engine failed to start: {error}{hint}") from error
+                raise RuntimeError(f"SGLang engine failed to start: {own + '; ' if own else ''}{error}{hint}") from error
             except TimeoutError:
                 self.stop()
                 raise

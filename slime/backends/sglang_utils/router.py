@@ -27,6 +27,7 @@ from pathlib import Path
 
 import requests
 
+from slime.utils.failure import last_error_line
 from slime.utils.misc import free_port
 from slime.utils.security import auth_headers, job_api_key, redact_argv
 
@@ -96,7 +97,8 @@ class RouterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RouterError(f"sglang-router exited with code {self.process.returncode} "
+                own = last_error_line(self.log_path)  # the router's own error first
+                raise RouterError(f"{own + '; ' if own else ''}sglang-router exited with code {self.process.returncode} "
                                   f"(command: {' '.join(redact_argv(self.command))}; log: {self.log_path})")
             if self._answers():
                 logger.info("sglang-router up at %s", self.url)
