@@ -1,4 +1,4 @@
-"""Every plugin flag that is set imports, and its function accepts the call slime makes.
+"""Every plugin flag that is set to a user's function imports, and its function accepts the call slime makes.
 
 `CALLS` is the registry: dest -> how slime calls the function (positional arguments, keyword
 arguments); a signature that cannot bind them is refused before start-up with the documented
@@ -40,6 +40,9 @@ CALLS: dict[str, tuple[int, tuple[str, ...]]] = {
     "custom_eval_rollout_log_function_path": (4, ()),
     "rollout_sample_hook_path": (2, ()),
 }
+# slime's own functions (the defaults of --rollout-function-path, --data-source-path, ...) are
+# covered by its tests; importing them here would import torch and cost seconds.
+OWN = "slime."
 
 
 def _flag(dest: str) -> str:
@@ -61,12 +64,11 @@ def _signature_problem(fn, dest: str) -> str | None:
 
 def check_plugins(args, report: Report) -> None:
     """Import every set plugin path (`module.function`) and bind slime's call to its signature."""
-    from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION
     from slime.utils.misc import load_function
 
     for dest in CALLS:
         path = getattr(args, dest, None)
-        if not path or not isinstance(path, str) or path == DEFAULT_ROLLOUT_FUNCTION:
+        if not path or not isinstance(path, str) or path.startswith(OWN):
             continue
         flag = _flag(dest)
         try:

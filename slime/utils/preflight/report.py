@@ -38,11 +38,10 @@ class Report:
         self.warnings.append(Finding(flag, message, hint))
 
     def missing(self, flag: str, path: str, hint: str = "") -> bool:
-        """True when `path` exists; else a warning (--dry-run) or an error, and False."""
+        """True when `path` exists; else False, and an error unless --dry-run (whose argument
+        validation warns about a missing path: a recipe is dry-run away from its cluster)."""
         if os.path.exists(path):
             return True
-        if self.dry_run:
-            self.warn(flag, f"{path}: no such file or directory on this machine (checked again before a real start)")
-        else:
+        if not self.dry_run:  # under --dry-run the argument validation has already warned about it
             self.error(flag, f"{path}: no such file or directory", hint)
         return False
