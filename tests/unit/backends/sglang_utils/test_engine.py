@@ -81,6 +81,16 @@ def test_server_that_exits_at_once_names_its_exit_code(args, tmp_path):
                log_path=str(log), timeout=60, launcher=(sys.executable, "-c", "import sys; sys.exit(3)"))
 
 
+def test_server_that_dies_names_its_own_error_first(args, tmp_path):
+    """The root cause (the engine's last exception line in its log) comes before the exit code."""
+    log = tmp_path / "engine.log"
+    died = "import sys; print('Traceback (most recent call last):'); print('ValueError: tp_size 8 > 1 GPU'); sys.exit(1)"
+    with pytest.raises(RuntimeError, match=r"^SGLang engine failed to start: ValueError: tp_size 8 > 1 GPU; .*exited "
+                       r"with code 1"):
+        launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
+               log_path=str(log), timeout=60, launcher=(sys.executable, "-c", died))
+
+
 def test_server_that_never_answers_times_out_and_is_stopped(args):
     engine = SGLangEngine({"model_path": "/m", "host": "127.0.0.1", "port": free_port()},
                           launcher=(sys.executable, "-c", "import time; time.sleep(600)"))
