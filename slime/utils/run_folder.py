@@ -53,7 +53,9 @@ def run_folders(args) -> list[tuple[str, Path]]:
 def _holder_text(info: dict) -> str:
     started = info.get("started")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "?"
-    return f"PID {info.get('pid', '?')} on {info.get('host', '?')} since {when} ({info.get('command', '?')})"
+    command = str(info.get("command", "?"))
+    command = command if len(command) <= 120 else command[:120] + " ..."
+    return f"PID {info.get('pid', '?')} on {info.get('host', '?')} since {when} ({command})"
 
 
 class RunLock:
