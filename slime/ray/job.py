@@ -25,6 +25,7 @@ import ray
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
+from slime.utils.failure import root_cause
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
 
 logger = logging.getLogger(__name__)
@@ -129,8 +130,8 @@ class JobScope:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            logger.error("job stopping after %s: %s", exc_type.__name__, exc or "")
+        if exc_type is not None:  # the cause itself is reported once, by the entry point (one line, root cause)
+            logger.error("job stopping after %s", type(root_cause(exc)).__name__ if exc is not None else exc_type.__name__)
         try:
             for stop in reversed(self._stoppers):
                 try:
