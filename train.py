@@ -1,6 +1,8 @@
 """Synchronous RL training: place -> rollout manager -> actor -> sync weights -> for each rollout:
 generate, train, save, sync weights, eval.
 
+Before anything starts, the pre-flight (`slime.utils.preflight`, docs/preflight.md) checks every
+input in seconds and the run folders (`--metrics-dir`, `--save`) are locked for the job's life.
 `python train.py <flags> --dry-run` parses and validates every flag, prints the resolved plan
 (placement, parallel layout, batch arithmetic, memory), one `sglang command: ` line per engine
 process (the exact launch line, hosts and ports as placeholders) and exits without starting Ray.
@@ -79,12 +81,12 @@ def main(argv=None, entry="train", loop=None) -> int:
         print(render_plan(build_plan(args)))
         print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
         return 0
-    if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
-        return _refuse(entry, refusals)
     try:
         with RunLock(run_folders(args), command=[f"{entry}.py", *argv]):
-            if problems := [f.line() for f in run_preflight(args).errors]:
+            if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
                 return _refuse(entry, problems)
+            if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
+                return _refuse(entry, refusals)
             set_aside_metrics(args)
             (loop or train)(args)
     except RunFolderError as e:
