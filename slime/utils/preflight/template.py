@@ -34,6 +34,10 @@ def check_chat_template(args, report: Report) -> None:
         return
     if not report.missing("--hf-checkpoint", hf):
         return
+    if not any((Path(hf) / name).is_file() for name in ("tokenizer_config.json", *TEMPLATE_FILES)):
+        missing = f"{hf}: no tokenizer files (tokenizer_config.json) for --apply-chat-template"
+        (report.warn if report.dry_run else report.error)("--hf-checkpoint", missing)
+        return
     try:
         found = has_chat_template(Path(hf))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -82,3 +82,15 @@ def test_dry_run_report_only_warns_on_missing_paths(tmp_path):
                      hf_checkpoint=str(tmp_path / "hf"), metrics_dir=str(tmp_path / "run"), save=None, load=None)
     report = run_preflight(args, {k: CHECKS[k] for k in ("prompt_data", "chat_template", "storage", "run_folder")})
     assert not report.errors and not report.warnings  # the argument validation warned already
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_hf_folder_without_tokenizer_files(tmp_path, dry_run):
+    """A recipe's --hf-checkpoint holding only config.json (dry-run away from its cluster): a warning
+    under --dry-run, an error before a real start."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    args = Namespace(dry_run=dry_run, apply_chat_template=True, eval_datasets=[], hf_checkpoint=str(tmp_path / "hf"))
+    report = run_preflight(args, {"chat_template": CHECKS["chat_template"]})
+    found = report.warnings if dry_run else report.errors
+    assert [f.flag for f in found] == ["--hf-checkpoint"] and "no tokenizer files" in found[0].line()
