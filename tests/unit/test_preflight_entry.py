@@ -185,3 +185,8 @@ def test_failed_job_is_one_line_with_its_root_cause(job, tmp_path, capsys, caplo
     assert "Traceback" in (tmp_path / "run" / "metrics" / "error.log").read_text()
     with pytest.raises(RuntimeError):
         train.main(job("--traceback"), loop=loop)
+
+
+def test_eval_config_that_is_not_yaml(job, tmp_path, capsys):
+    (tmp_path / "eval.yaml").write_text("datasets: [\n  - name: x\n")
+    _one_line(*_run(job("--eval-config", str(tmp_path / "eval.yaml")), capsys)[:2], "--eval-config", "not valid YAML")
