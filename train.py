@@ -64,7 +64,7 @@ def main(argv=None, entry="train", loop=None) -> int:
     stopped the processes the job started."""
     from slime.utils.arguments import ArgumentError, startup_refusals
     from slime.utils.preflight import run_preflight
-    from slime.utils.run_folder import RunFolderError, RunLock, run_folders, set_aside_metrics
+    from slime.utils.run_folder import RunFolderError, RunLock, run_folders, claim_run_folder
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -87,7 +87,7 @@ def main(argv=None, entry="train", loop=None) -> int:
                 return _refuse(entry, problems)
             if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
                 return _refuse(entry, refusals)
-            set_aside_metrics(args)
+            claim_run_folder(args)
             (loop or train)(args)
     except RunFolderError as e:
         return _refuse(entry, [str(e)])

@@ -11,7 +11,9 @@ A run folder is `--metrics-dir` (default `runs/latest`: `metrics.jsonl`, tensorb
   `metrics.jsonl`, a checkpoint tracker in `--save`) is written into only by a resume of it
   (slime's convention: `--load` equal to `--save`; metrics rows are then appended) or with
   `--overwrite-run`, which moves the old `metrics.jsonl` aside (`metrics.jsonl.replaced-<time>`)
-  and lets new checkpoints replace the old ones as they are saved.
+  and lets new checkpoints replace the old ones as they are saved. The metrics folder records the
+  `--save` of its run (`run.json`); a run saving elsewhere may not append to its metrics (two
+  recipes left on the default `runs/latest`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ logger = logging.getLogger(__name__)
 LOCK_NAME = ".slime-run.lock"
 DEFAULT_METRICS_DIR = "runs/latest"
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
+RUN_RECORD = "run.json"  # in the metrics folder: the --save of the run whose metrics it holds
 
 
 class RunFolderError(RuntimeError):
@@ -167,16 +170,26 @@ def rerun_refusal(args) -> str | None:
                 f"--load {save}, or {ways_out}")
     folder = metrics_dir(args)
     rows = metrics_rows(folder)
+    owner = _read_record((folder / RUN_RECORD).read_text() if (folder / RUN_RECORD).is_file() else "").get("save")
+    if rows and owner and not _same_path(owner, save):
+        return (f"--metrics-dir {folder} holds the metrics of the run saving to {owner} (its {RUN_RECORD}), not "
+                f"--save {save}: give this run its own --metrics-dir, or pass --overwrite-run to start afresh in it")
     if rows and not getattr(args, "load", None):
         return (f"--metrics-dir {folder} already holds a run ({rows} rows in metrics.jsonl): resume it with "
                 f"--load <its --save>, or {ways_out}")
     return None
 
 
-def set_aside_metrics(args) -> Path | None:
-    """With `--overwrite-run`, move an existing `metrics.jsonl` to `metrics.jsonl.replaced-<time>`
-    (returned; None when there was none) so that the new run starts an empty file."""
-    path = metrics_dir(args) / "metrics.jsonl"
+def claim_run_folder(args) -> Path | None:
+    """Record which run the metrics folder belongs to (`run.json`: its `--save`), and with
+    `--overwrite-run` move an existing `metrics.jsonl` to `metrics.jsonl.replaced-<time>` (returned;
+    None when nothing was moved) so that the new run starts an empty file."""
+    folder = metrics_dir(args)
+    record = folder / RUN_RECORD
+    if getattr(args, "overwrite_run", False) or not record.is_file():
+        save = os.path.realpath(args.save) if getattr(args, "save", None) else None
+        record.write_text(json.dumps({"save": save, "started": time.time()}) + "\n")
+    path = folder / "metrics.jsonl"
     if not (getattr(args, "overwrite_run", False) and path.is_file()):
         return None
     aside = path.with_name(f"metrics.jsonl.replaced-{time.strftime('%Y%m%d-%H%M%S')}")

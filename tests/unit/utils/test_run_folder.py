@@ -9,7 +9,7 @@ from argparse import Namespace
 
 import pytest
 
-from slime.utils.run_folder import LOCK_NAME, RunFolderError, RunLock, rerun_refusal, set_aside_metrics
+from slime.utils.run_folder import LOCK_NAME, RunFolderError, RunLock, rerun_refusal, claim_run_folder
 
 HOLD = """
 import sys
@@ -80,6 +80,18 @@ def test_rerun_refused_when_folder_holds_a_run(tmp_path):
 def test_overwrite_keeps_the_old_metrics_beside(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text('{"rollout_id": 0}\n')
-    aside = set_aside_metrics(_args(tmp_path, overwrite_run=True))
+    (tmp_path / "ckpt").mkdir()
+    aside = claim_run_folder(_args(tmp_path, overwrite_run=True))
     assert aside.read_text() == '{"rollout_id": 0}\n' and not (tmp_path / "run" / "metrics.jsonl").exists()
-    assert set_aside_metrics(_args(tmp_path)) is None
+    assert claim_run_folder(_args(tmp_path)) is None
+
+
+def test_metrics_folder_of_another_run_is_refused(tmp_path):
+    """Two recipes left on the default --metrics-dir: the second may not append to the first's rows."""
+    (tmp_path / "run").mkdir()
+    first = _args(tmp_path, save=str(tmp_path / "a"), load=str(tmp_path / "a"))
+    claim_run_folder(first)
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"rollout_id": 0}\n')
+    assert rerun_refusal(first) is None  # its own resume
+    refusal = rerun_refusal(_args(tmp_path, save=str(tmp_path / "b"), load=str(tmp_path / "b")))
+    assert refusal.startswith("--metrics-dir") and f"saving to {tmp_path / 'a'}" in refusal and "--overwrite-run" in refusal
