@@ -64,7 +64,7 @@ def main(argv=None, entry="train", loop=None) -> int:
     stopped the processes the job started."""
     from slime.utils.arguments import ArgumentError, startup_refusals
     from slime.utils.preflight import run_preflight
-    from slime.utils.run_folder import RunFolderError, RunLock, run_folders, claim_run_folder
+    from slime.utils.run_folder import RunFolderError, RunLock, claim_run_folder, run_folders
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
