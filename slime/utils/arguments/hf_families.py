@@ -10,6 +10,7 @@ norms, biases, YaRN, dense first layers). Pure functions of the config dict: arg
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta, hf_shape_args
@@ -200,3 +201,68 @@ def family_args(hf_config: dict) -> dict | None:
     archs = hf_config.get("architectures") or [None]
     rule = FAMILY_ARGS.get(archs[0])
     return rule(hf_config) if rule else None
+
+
+# ---- validation: a recipe's MODEL_ARGS against the family's args ----------------------------------
+
+# Training choices the family table also sets (for converters that have no recipe): not compared.
+_TRAINING_CHOICES = frozenset({"moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_bias_update_rate"})
+# Compared only when the recipe sets them (None: taken from the tokenizer / the sequence length).
+_COMPARED_WHEN_SET = frozenset({"vocab_size", "max_position_embeddings"})
+# What megatron does with a flag left unset (None).
+_UNSET_MEANS = {"moe_router_topk_scaling_factor": 1.0, "moe_router_num_groups": 1, "moe_router_group_topk": 1}
+# Flags spelled otherwise than "--" + dest.
+_FLAG_NAMES = {"add_bias_linear": "--disable-bias-linear (add_bias_linear)",
+               "untie_embeddings_and_output_weights": "--untie-embeddings-and-output-weights"}
+
+
+def _ours(args, dest: str):
+    """The recipe's value of `dest`, normalised as megatron reads it."""
+    value = getattr(args, dest)
+    if value is None and dest in _UNSET_MEANS:
+        return _UNSET_MEANS[dest]
+    if dest == "moe_layer_freq" and value is not None:
+        from slime.utils.arguments.moe_layer_freq import parse_moe_layer_freq
+
+        value = parse_moe_layer_freq(value) if isinstance(value, str) else value
+        if isinstance(value, int):  # every value-th layer is MoE
+            value = [int(i % value == 0) for i in range(int(args.num_layers))]
+    if dest == "rope_type" and value is None:  # resolved by megatron's validation
+        value = "yarn" if float(getattr(args, "rotary_scaling_factor", 1.0) or 1.0) != 1.0 else "rope"
+    return value
+
+
+def _same(ours, theirs) -> bool:
+    if isinstance(theirs, bool) or isinstance(ours, bool):
+        return bool(ours) == bool(theirs)
+    if isinstance(theirs, float) and ours is not None:
+        return math.isclose(float(ours), theirs, rel_tol=1e-6)
+    return ours == theirs
+
+
+def check_family_args(args, hf_config: dict, skip: frozenset = frozenset()) -> list[str]:
+    """One message per model-shaping arg of `args` that differs from what ``hf_config``'s family
+    implies (`FAMILY_ARGS`; routing, scaling, groups, first-k-dense layers, shared experts, rotary
+    fraction and type, YaRN, QK norm, biases, norms, vocabulary, positions), each naming the flag
+    and both values. Dests in `skip` (compared elsewhere), training choices and args the parser
+    does not have are left out; an architecture not in `FAMILY_ARGS`, or a config without a key the
+    family reads (a partial config, not a released one), gives no message."""
+    try:
+        expected = family_args(hf_config)
+    except ValueError as exc:
+        return [f"HF config cannot be built by megatron: {exc}"]
+    except KeyError:
+        return []
+    out = []
+    for dest, theirs in (expected or {}).items():
+        if dest in skip or dest in _TRAINING_CHOICES or not hasattr(args, dest):
+            continue
+        if dest == "moe_layer_freq" and len(theirs) != getattr(args, "num_layers", None):
+            continue  # a --num-layers mismatch, reported by `check_hf_config`
+        ours = _ours(args, dest)
+        if ours is None and dest in _COMPARED_WHEN_SET:
+            continue
+        if not _same(ours, theirs):
+            flag = _FLAG_NAMES.get(dest, "--" + dest.replace("_", "-"))
+            out.append(f"{flag} {ours!r} does not match {theirs!r} implied by the HF config")
+    return out
