@@ -43,6 +43,13 @@ DRY_RUN_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_DIST_PORT = 30000, 30001, 30002
 DRY_RUN_API_KEY = "$SLIME_API_KEY"
 
 
+def dist_init_port_count(args) -> int:
+    """Consecutive ports to reserve at a multi-node engine's --dist-init-addr: SGLang's PortArgs
+    derives its ZMQ ports from that port (port + 1 .. port + 6 + dp_rank in 0.5.23 and 0.5.15.post1),
+    so the block is 30 + --sglang-dp-size ports, as slime reserves."""
+    return 30 + int(getattr(args, "sglang_dp_size", 1) or 1)
+
+
 def engine_nnodes(args) -> int:
     """Nodes one engine spans: 1 when --rollout-num-gpus-per-engine <= --num-gpus-per-node, else
     the quotient (which must be whole)."""
