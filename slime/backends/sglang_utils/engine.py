@@ -23,6 +23,7 @@ import signal
 import subprocess
 from typing import Protocol
 
+from slime.backends.sglang_utils.launch_env import server_env
 from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nnodes, server_command,
                                                      sglang_server_args)
 from slime.utils.arguments.sglang import DEFAULT_ENGINE_START_TIMEOUT
@@ -61,14 +62,15 @@ class SGLangEngine:
     is inherited; `fields["base_gpu_id"]` counts within those devices, and the engine's GPUs on
     this node (tp * pp / nnodes) must fit after it. `launcher` replaces the `python -m
     sglang.launch_server` prefix (tests start a fake server through the same path). Output is
-    appended to `log_path` (else inherited); `env` adds variables.
+    appended to `log_path` (else inherited); the environment is the parent's with slime's SGLang
+    settings (`launch_env.server_env`), `env` adds variables last.
     """
 
     def __init__(self, fields: dict, *, visible_devices: str | None = None, log_path: str | None = None,
                  env: dict[str, str] | None = None, launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER):
         self.fields = dict(fields)
         self.command = server_command(self.fields, launcher)
-        self.env = {**os.environ, **(env or {})}
+        self.env = server_env(self.fields, dict(os.environ), env)
         if visible_devices is not None:
             self.env["CUDA_VISIBLE_DEVICES"] = visible_devices
         self.log_path = log_path

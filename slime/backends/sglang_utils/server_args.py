@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from slime.backends.sglang_utils.launch_env import memory_saver_fields
 from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, server_args_version, sglang_overrides
 from slime.utils.arguments.logger import is_secret_dest
 from slime.utils.arguments.sglang_fields import entry_by_name, render_option
@@ -40,6 +41,13 @@ FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes"
 DRY_RUN_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_DIST_PORT = 30000, 30001, 30002
 # Placeholder of the --dry-run lines for the job's key (generated when the job starts).
 DRY_RUN_API_KEY = "$SLIME_API_KEY"
+
+
+def dist_init_port_count(args) -> int:
+    """Consecutive ports to reserve at a multi-node engine's --dist-init-addr: SGLang's PortArgs
+    derives its ZMQ ports from that port (port + 1 .. port + 6 + dp_rank in 0.5.23 and 0.5.15.post1),
+    so the block is 30 + --sglang-dp-size ports, as slime reserves."""
+    return 30 + int(getattr(args, "sglang_dp_size", 1) or 1)
 
 
 def engine_nnodes(args) -> int:
@@ -80,7 +88,7 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
     that is not one of them. Framework fields:
     model_path = --hf-checkpoint, tp_size = engine_tp_size(args), pp_size = --sglang-pp-size,
     random_seed = --seed + engine_rank, enable_memory_saver = --offload-rollout (on with --colocate
-    / --offload), skip_server_warmup and trust_remote_code True, plus host, port, nccl_port,
+    / --offload; then also cuda_graph_backend_prefill "disabled", see `launch_env`), skip_server_warmup and trust_remote_code True, plus host, port, nccl_port,
     base_gpu_id (first GPU of the engine among the visible ones on this node), api_key = `api_key`
     (the job's key: every endpoint but /health* then needs it) and admin_api_key None (one key
     for every endpoint; a separate admin key would lock the job's own weight updates out). `nnodes` None means
@@ -97,6 +105,7 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
         "enable_memory_saver": bool(args.offload_rollout), "skip_server_warmup": True, "trust_remote_code": True,
         "api_key": api_key, "admin_api_key": None,
     }
+    framework.update(memory_saver_fields(framework))
     overrides = sglang_overrides(args)
     for name in sorted(set(overrides) & set(framework)):
         if overrides[name] != framework[name]:
