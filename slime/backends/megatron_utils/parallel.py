@@ -69,7 +69,8 @@ def init_process_group(
         world_size=world_size,
         timeout=timeout,
     )
-    logger.info("process group up: rank %d/%d backend %s", rank, world_size, backend)
+    logger.info("process group up: rank %d/%d backend %s, rendezvous %s:%d", rank, world_size, backend,
+                master_addr, master_port)
 
 
 def check_cpu_parallel_sizes(args: argparse.Namespace) -> None:
