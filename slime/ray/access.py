@@ -61,11 +61,11 @@ def private_ray_token(create: bool) -> Path:
     """Make Ray's token file readable by its owner only (Ray 2.60 writes it 0644, and whoever reads
     it can join the cluster and read the job's key from a worker's environment): take group and
     other permissions off a file of ours; when absent and `create` (a job-local Ray, which would
-    generate one), create it 0600 with a fresh token as Ray would (`secrets.token_hex(32)`).
+    generate one unless `RAY_AUTH_MODE=disabled`), create it 0600 with a fresh token as Ray would (`secrets.token_hex(32)`).
     Returns its path."""
     path = ray_token_path()
-    if not create and not path.exists():
-        return path
+    if not path.exists() and (not create or os.environ.get("RAY_AUTH_MODE") == "disabled"):
+        return path  # a cluster's token is never made up; without token auth Ray reads none
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -27,6 +27,9 @@ def test_ray_token_file_is_readable_by_its_owner_only(monkeypatch, tmp_path):
     token = tmp_path / "ray" / "auth_token"
     monkeypatch.setenv(access.RAY_TOKEN_PATH_ENV, str(token))
     assert access.private_ray_token(create=False) == token and not token.exists()  # a cluster's: never made up
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert access.private_ray_token(create=True) == token and not token.exists()  # Ray would read none
+    monkeypatch.delenv("RAY_AUTH_MODE")
     access.private_ray_token(create=True)
     first = token.read_text()
     assert len(first) == 64 and int(first, 16) >= 0  # Ray's own format (secrets.token_hex(32))
