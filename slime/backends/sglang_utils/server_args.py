@@ -2,7 +2,7 @@
 
 Owns `sglang_server_args` (framework-controlled fields + the user's `--sglang-*` passthrough
 values), `server_command` (fields -> argv, spelled as the sglang release of the passthrough table
-parses them), `engine_nnodes`, `FRAMEWORK_FIELDS`, and the `--dry-run` launch lines
+parses them; the key never: `key_env` hands it over by environment), `engine_nnodes`, `FRAMEWORK_FIELDS`, and the `--dry-run` launch lines
 (`planned_engine_processes`, `dry_run_commands`).
 
 Framework-controlled fields always win over a passthrough value of the same field (`--sglang-host`,
@@ -27,12 +27,16 @@ from slime.backends.sglang_utils.launch_env import memory_saver_fields
 from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, server_args_version, sglang_overrides
 from slime.utils.arguments.logger import is_secret_dest
 from slime.utils.arguments.sglang_fields import entry_by_name, render_option
-from slime.utils.security import REDACTED
+from slime.utils.security import API_KEY_ENV, REDACTED
 
 logger = logging.getLogger(__name__)
 
-# `python -m sglang.launch_server`; tests point the launcher at a fake server script instead.
-DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
+# `python -m sglang.launch_server` with the key from the environment (`sglang_main`); tests point
+# the launcher at a fake server script instead.
+DEFAULT_LAUNCHER = (sys.executable, "-m", "slime.backends.sglang_utils.sglang_main")
+# Fields that never go on a command line (readable by every local user): `key_env` hands the key
+# to the launcher by environment, `sglang_main` sets it on SGLang's ServerArgs.
+ENV_FIELDS = ("api_key", "admin_api_key")
 # Fields `sglang_server_args` always sets, whatever the passthrough says.
 FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes", "node_rank", "dist_init_addr",
                     "random_seed", "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup",
@@ -118,17 +122,27 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
 def server_command(fields: dict[str, Any], launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER) -> list[str]:
     """`launcher` + the option of each field, in the order given, as SGLang's parser spells and
     reads it (`render_option`: True -> bare flag, False / None -> omitted, lists -> one word per
-    item, json options -> one JSON word). Every name must be an option of the sglang release the
-    passthrough lists (`server_arg_fields()`); raises ValueError naming the others and the release.
+    item, json options -> one JSON word), except `ENV_FIELDS` (the key: `key_env`). Every name
+    must be an option of the sglang release the passthrough lists (`server_arg_fields()`); raises
+    ValueError naming the others and the release.
     """
     table = entry_by_name(server_arg_fields())
     unknown = sorted(set(fields) - set(table))
     if unknown:
         raise ValueError(f"not options of sglang {server_args_version()}'s launch_server: {', '.join(unknown)}")
+    if fields.get("admin_api_key"):
+        raise ValueError("admin_api_key is never set: the job's one key (api_key) opens every endpoint")
     argv = list(launcher)
     for name, value in fields.items():
-        argv += render_option(table[name], value)
+        if name not in ENV_FIELDS:
+            argv += render_option(table[name], value)
     return argv
+
+
+def key_env(fields: dict[str, Any]) -> dict[str, str]:
+    """The environment that carries the engine's key to `sglang_main` (`$SLIME_API_KEY`; empty when
+    the engine has no key, which `sglang_main` reads as none)."""
+    return {API_KEY_ENV: fields.get("api_key") or ""}
 
 
 @dataclass(frozen=True)
@@ -162,8 +176,8 @@ def planned_engine_processes(args) -> list[EngineProcess]:
 
 def dry_run_commands(args) -> list[str]:
     """`sglang command: <argv>` for every planned engine process, hosts and ports as placeholders
-    (`node<N>`, DRY_RUN_*; the key as DRY_RUN_API_KEY), plus one note line saying so; empty
-    without engines."""
+    (`node<N>`, DRY_RUN_*; the key, never on the line, reaches `sglang_main` as $SLIME_API_KEY),
+    plus one note line saying so; empty without engines."""
     processes = planned_engine_processes(args)
     num_engines = len({p.engine_rank for p in processes})
     lines = []
@@ -176,6 +190,6 @@ def dry_run_commands(args) -> list[str]:
         lines.append("sglang command: " + shlex.join(server_command(fields)))
     if lines:
         lines.insert(0, f"# engine launch lines for sglang {server_args_version()}; hosts node<N> and ports "
-                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} and the job's key {DRY_RUN_API_KEY} "
-                        "are placeholders picked at start")
+                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} are placeholders picked at "
+                        f"start; the job's key reaches each engine as {DRY_RUN_API_KEY}, never on its command line")
     return lines
