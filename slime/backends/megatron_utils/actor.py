@@ -15,9 +15,8 @@ import time
 from functools import partial
 
 import torch
-import torch.distributed as dist
 
-from slime.backends.megatron_utils import advantage_data, routing_replay
+from slime.backends.megatron_utils import advantage_data, collectives, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
@@ -165,9 +164,8 @@ class MegatronTrainer(DataSplitMixin):
         mpu = _mpu()
         dp = mpu.get_data_parallel_world_size()
         if self.args.calculate_per_token_loss:
-            tokens = torch.tensor(float(sum(sum(rollout_data["loss_masks"][i]) for i in step)))
-            dist.all_reduce(tokens, group=mpu.get_data_parallel_group())
-            norm = max(float(tokens), 1.0)
+            tokens = collectives.device_tensor(float(sum(sum(rollout_data["loss_masks"][i]) for i in step)))
+            norm = max(float(collectives.all_reduce(tokens, group=mpu.get_data_parallel_group())), 1.0)
         else:
             norm = float(self.args.global_batch_size)
         return num_mbs * dp / norm, norm
@@ -194,11 +192,11 @@ class MegatronTrainer(DataSplitMixin):
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
         metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
-        tokens = torch.tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
-        dist.all_reduce(tokens, group=_mpu().get_data_parallel_group())
+        tokens = collectives.device_tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
+        tokens = float(collectives.all_reduce(tokens, group=_mpu().get_data_parallel_group()))
         seconds = time.monotonic() - start
         metrics["perf/train_time"] = seconds
-        metrics["perf/train_tokens_per_s"] = float(tokens) / seconds if seconds > 0 else 0.0
+        metrics["perf/train_tokens_per_s"] = tokens / seconds if seconds > 0 else 0.0
         interval = self.args.ref_update_interval
         if interval and self.ref_model is not None and (rollout_id + 1) % interval == 0:
             self.update_reference_model()
@@ -247,25 +245,18 @@ class MegatronTrainer(DataSplitMixin):
         normaliser, and broadcast from the last pipeline stage to every stage."""
         mpu = _mpu()
         names = sorted(outputs[0]["metrics"]) if outputs else []
-        count = torch.tensor([len(names)], dtype=torch.long)
         src = mpu.get_pipeline_model_parallel_last_rank()
         pp_group = mpu.get_pipeline_model_parallel_group()
-        dist.broadcast(count, src=src, group=pp_group)
+        count = collectives.broadcast(collectives.device_tensor([len(names)], dtype=torch.long), src, pp_group)
         values = torch.zeros(int(count), dtype=torch.float64)
         if mpu.is_pipeline_last_stage():
             for out in outputs:
-                values += torch.stack([out["metrics"][k].double().cpu() for k in names])
-            dist.all_reduce(values, group=mpu.get_data_parallel_group())
-            values /= norm
-        dist.broadcast(values, src=src, group=pp_group)
-        names = self._broadcast_names(names, src, pp_group)
+                values += torch.stack([out["metrics"][k].detach().double().cpu() for k in names])
+            values = collectives.all_reduce(collectives.to_device(values), group=mpu.get_data_parallel_group())
+            values = values / norm
+        values = collectives.broadcast(collectives.to_device(values), src, pp_group)
+        names = collectives.broadcast_object_list([names], src, pp_group)[0]
         return {f"train/{k}": float(v) for k, v in zip(names, values.tolist())}
-
-    @staticmethod
-    def _broadcast_names(names: list[str], src: int, group) -> list[str]:
-        box = [names]
-        dist.broadcast_object_list(box, src=src, group=group)
-        return box[0]
 
     def ppo_kl_inputs(self, num_samples: int) -> dict:
         """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all

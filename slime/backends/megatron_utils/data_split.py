@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
-from slime.backends.megatron_utils import routing_replay
+from slime.backends.megatron_utils import collectives, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.packing import local_row_length
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
@@ -69,11 +68,11 @@ class DataSplitMixin:
         num = 1
         while True:
             groups = dynamic_microbatches(lengths, max_tokens, num=num)
-            counts = torch.tensor([len(groups), -len(groups)])
-            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=_mpu().get_data_parallel_group())
-            if int(counts[0]) == -int(counts[1]):
+            counts = collectives.device_tensor([len(groups), -len(groups)])
+            most, neg_least = collectives.all_reduce(counts, "max", group=_mpu().get_data_parallel_group()).tolist()
+            if most == -neg_least:
                 return groups
-            num = int(counts[0])
+            num = most
 
     def _padded_lengths(self, rollout_data: dict, groups: list[list[int]], cp_size: int) -> list[int]:
         """Row length of each micro-batch (this CP rank's share). Pipeline stages exchange
@@ -81,9 +80,10 @@ class DataSplitMixin:
         equal-sized token blocks from every expert-parallel rank (pad micro-batch j to its longest
         over data parallel)."""
         mpu = _mpu()
-        lengths = torch.tensor([local_row_length([len(rollout_data["tokens"][i]) for i in g], cp_size) for g in groups])
+        lengths = [local_row_length([len(rollout_data["tokens"][i]) for i in g], cp_size) for g in groups]
         if mpu.get_expert_model_parallel_world_size() > 1 and mpu.get_data_parallel_world_size() > 1:
-            dist.all_reduce(lengths, op=dist.ReduceOp.MAX, group=mpu.get_data_parallel_group())
+            lengths = collectives.all_reduce(collectives.device_tensor(lengths), "max",
+                                             group=mpu.get_data_parallel_group()).tolist()
         if mpu.get_pipeline_model_parallel_world_size() > 1:
-            lengths[:] = lengths.max()
-        return lengths.tolist()
+            lengths = [max(lengths)] * len(lengths)
+        return lengths

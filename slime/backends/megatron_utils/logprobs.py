@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
+
 
 def _tp(group) -> tuple[int, int]:
     if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
@@ -31,9 +33,7 @@ class _ReduceReplicated(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
-        x = x.clone()
-        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
-        return x
+        return collectives.all_reduce(collectives.to_device(x.clone()), group=group)
 
     @staticmethod
     def backward(ctx, grad):
@@ -67,7 +67,7 @@ def vocab_parallel_log_probs(
     with torch.no_grad():
         peak = logits.max(dim=-1, keepdim=True).values
         if size > 1:
-            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=tp_group)
+            peak = collectives.all_reduce(collectives.to_device(peak), "max", group=tp_group)
     shifted = logits - peak
     exp = shifted.exp()
     sum_exp = _sum(exp.sum(dim=-1), tp_group, size)
