@@ -85,8 +85,11 @@ class MegatronTrainer(DataSplitMixin):
         return self._micro_batches(rollout_data, indices, max_tokens, routing=routing)
 
     def _logprob_kw(self, with_entropy: bool) -> dict:
+        """Keywords of `train_step.response_log_probs`. The entropy keeps its autograd graph only
+        when a loss can train on it (--entropy-coef != 0, or a custom loss); else it is reported only."""
+        entropy_grad = self.args.entropy_coef != 0 or getattr(self, "_custom_loss", None) is not None
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
-                    with_entropy=with_entropy, vocab_size=self.args.vocab_size,
+                    with_entropy=with_entropy, vocab_size=self.args.vocab_size, entropy_grad=entropy_grad,
                     cp_group=_mpu().get_context_parallel_group(), chunk_size=self.args.log_probs_chunk_size)
 
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
