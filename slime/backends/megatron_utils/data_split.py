@@ -17,6 +17,20 @@ from slime.backends.megatron_utils.parallel import megatron_parallel_state as _m
 from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
 
 
+# FP8 GEMMs (Transformer Engine) need the tokens of each rank's GEMM in multiples of 16 (delayed /
+# tensorwise scaling; 32 for MXFP8): rows are padded to 128 tokens per rank, slime's TP x 128
+FP8_TOKENS_PER_RANK_MULTIPLE = 128
+
+
+def row_pad_multiple(tp: int, sequence_parallel: bool, fp8: bool, multiplier: int | None = None) -> int:
+    """The multiple each micro-batch row (this CP rank's) is padded to: TP under sequence parallel
+    (the row is split over TP ranks), times FP8_TOKENS_PER_RANK_MULTIPLE with FP8 (--fp8-format),
+    and a multiple of TP x --data-pad-size-multiplier when given (slime's padding)."""
+    split = tp if sequence_parallel else 1
+    pad = split * FP8_TOKENS_PER_RANK_MULTIPLE if fp8 else split
+    return math.lcm(pad, tp * multiplier) if multiplier else pad
+
+
 class DataSplitMixin:
     """Data split of `MegatronTrainer`; needs `self.args` and `self.state` (the train state)."""
 
@@ -45,10 +59,8 @@ class DataSplitMixin:
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
-        tp = mpu.get_tensor_model_parallel_world_size()
-        pad = tp if self.state.config.sequence_parallel else 1
-        if args.data_pad_size_multiplier:  # slime's row padding to TP x multiplier
-            pad = math.lcm(pad, tp * args.data_pad_size_multiplier)
+        tp, sp = mpu.get_tensor_model_parallel_world_size(), self.state.config.sequence_parallel
+        pad = row_pad_multiple(tp, sp, bool(getattr(args, "fp8_format", None)), args.data_pad_size_multiplier)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         groups = [[indices[j] for j in g] for g in groups if g]
         lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])
@@ -57,7 +69,7 @@ class DataSplitMixin:
         if args.use_routing_replay:  # routers always told what to do: a replay must not outlive its pass
             routing_replay.attach(mbs, rollout_data, routing or "own", num_layers=args.num_layers,
                                   topk=args.moe_router_topk, tp_rank=mpu.get_tensor_model_parallel_rank(),
-                                  sp_size=pad, **cp)
+                                  sp_size=tp if sp else 1, **cp)
         return mbs
 
     @staticmethod
