@@ -36,6 +36,7 @@ class MegatronTrainer(DataSplitMixin):
     """Model, optimizer and schedule of this rank plus the train/log-prob logic."""
 
     _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
+    _host_reference = None  # reference.HostReference once the reference model's weights moved to the host
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -96,12 +97,13 @@ class MegatronTrainer(DataSplitMixin):
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
         and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
-        pass that runs: store_prefix "" (old policy, the actor's chunks) or "ref_" ([reference])."""
+        pass that runs: store_prefix "" (old policy) or "ref_" (the actor's chunks holding the reference
+        weights, swapped in from the host)."""
         n = len(rollout_data["tokens"])
         routing = routing_replay.old_policy_routing(self.args, rollout_data)
         old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
         # packed once for both passes, unless routing replay attaches a different routing to each
-        share = old_pass and self.ref_model is not None and not self.args.use_routing_replay
+        share = old_pass and self.has_reference and not self.args.use_routing_replay
         mbs = self.log_prob_micro_batches(rollout_data, mine) if share else None
         if self.args.disable_compute_advantages_and_returns:
             pass
@@ -112,11 +114,34 @@ class MegatronTrainer(DataSplitMixin):
             got = self.compute_log_prob(rollout_data, mine, routing=routing, micro_batches=mbs)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
-        if self.ref_model is not None:
-            self._before_log_prob("ref_", [self.ref_model])
-            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model, micro_batches=mbs)
+        if self.has_reference:
+            got = self.compute_reference_log_prob(rollout_data, mine, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+
+    @property
+    def has_reference(self) -> bool:
+        """True when the run has a reference model (--use-kl-loss or --kl-coef)."""
+        return self.ref_model is not None or self._host_reference is not None
+
+    def host_reference(self):
+        """The reference weights on the host (`reference.HostReference`); the reference model built
+        at start-up (loaded by `load_initial_state`) is turned into it on first use and freed."""
+        if self.ref_model is not None:
+            from slime.backends.megatron_utils.reference import HostReference
+
+            self._host_reference, self.ref_model = HostReference.from_module(self.ref_model), None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return self._host_reference
+
+    def compute_reference_log_prob(self, rollout_data: dict, indices: list[int], micro_batches: list | None = None):
+        """`compute_log_prob` under the reference weights, swapped into the actor from the host (one
+        model on the device, as slime does); the actor's weights come back bit for bit. The
+        before-log-prob hook sees the actor's chunks holding the reference weights."""
+        with self.host_reference().swapped_into(self.state.model[0]):
+            self._before_log_prob("ref_", self.state.model)
+            return self.compute_log_prob(rollout_data, indices, micro_batches=micro_batches)
 
     def _before_log_prob(self, store_prefix: str, model: list) -> None:
         if getattr(self, "_log_prob_hook", None) is not None:
@@ -201,20 +226,14 @@ class MegatronTrainer(DataSplitMixin):
         metrics["perf/train_time"] = seconds
         metrics["perf/train_tokens_per_s"] = tokens / seconds if seconds > 0 else 0.0
         interval = self.args.ref_update_interval
-        if interval and self.ref_model is not None and (rollout_id + 1) % interval == 0:
+        if interval and self.has_reference and (rollout_id + 1) % interval == 0:
             self.update_reference_model()
         return metrics
 
-    @torch.no_grad()
     def update_reference_model(self) -> None:
-        """Copy the actor's current weights into the reference model (`--ref-update-interval`,
-        after the steps of every N-th rollout, as slime does). Both are this rank's same stage."""
-        actor = dict(unwrap(self.state.model[0]).named_parameters())
-        ref = dict(unwrap(self.ref_model).named_parameters())
-        if actor.keys() != ref.keys():
-            raise RuntimeError("reference and actor models have different parameters; cannot refresh the reference")
-        for name, param in ref.items():
-            param.copy_(actor[name])
+        """The reference takes the actor's current weights (`--ref-update-interval`, after the steps
+        of every N-th rollout, as slime does)."""
+        self.host_reference().refresh_from(self.state.model[0])
         logger.info("reference model refreshed from the actor (--ref-update-interval %d)", self.args.ref_update_interval)
 
     def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
@@ -275,6 +294,8 @@ class MegatronTrainer(DataSplitMixin):
         from slime.backends.megatron_utils import checkpoint
 
         start, common = checkpoint.load_initial_state(self.args, self.state, self.ref_model)
+        if self.has_reference:
+            self.host_reference()  # loaded: its weights go to the host, the device copy is freed
         self.step_id = int(common.get("step_id", 0))
         return start
 
@@ -312,12 +333,13 @@ class MegatronTrainer(DataSplitMixin):
     # ----- memory hand-over (--offload-train) ------------------------------------------------
     @property
     def memory(self):
-        """This rank's `TrainerMemory` (model chunks, optimizer and the reference model)."""
+        """This rank's `TrainerMemory` (model chunks and optimizer; the reference weights are on the host)."""
         if getattr(self, "_memory", None) is None:
             from slime.backends.megatron_utils.offload import TrainerMemory
 
-            extra = [self.ref_model] if self.ref_model is not None else []
-            self._memory = TrainerMemory(self.state.model, self.state.optimizer, extra_weights=extra)
+            if self.has_reference:
+                self.host_reference()  # the reference lives on the host: nothing of it to offload
+            self._memory = TrainerMemory(self.state.model, self.state.optimizer)
         return self._memory
 
     def offload(self, tags) -> dict[str, float]:

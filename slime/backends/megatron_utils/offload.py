@@ -2,8 +2,9 @@
 colocated engines use the GPUs, take it back before the trainer needs it.
 
 Owns `TrainerMemory`. Three tags, as SGLang's memory saver has its own:
-- ``weights``: the model's parameters and Megatron's DDP parameter buffers (and the reference
-  model, if any) -- copied to host memory, restored bit for bit;
+- ``weights``: the model's parameters and Megatron's DDP parameter buffers (`extra_weights`: other
+  modules, none in the trainer: its reference weights live on the host) -- copied to host memory,
+  restored bit for bit;
 - ``optimizer``: the optimizer's state and main (fp32) parameters -- copied, restored bit for bit;
 - ``grads``: Megatron's DDP gradient buffers and the main parameters' `.grad` -- freed without a
   copy (every train step zeroes them before use) and zero-filled when taken back.
