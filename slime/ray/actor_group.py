@@ -28,6 +28,14 @@ FAILURE_GRACE_S = 3.0
 # Environment of every trainer rank. SGLang sets NCCL_CUMEM_ENABLE=0 in its engines (unless
 # --enable-symm-mem); the trainer's NCCL weight-sync group with them needs the same value.
 TRAINER_ENV = {"OMP_NUM_THREADS": "1", "NCCL_CUMEM_ENABLE": "0"}
+# --deterministic-mode: megatron-core's TE attention raises unless TE's non-deterministic
+# (fused / flash backward) algorithms are off
+DETERMINISTIC_ENV = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+
+
+def trainer_env(args) -> dict[str, str]:
+    """Environment of every trainer rank: TRAINER_ENV, plus DETERMINISTIC_ENV with --deterministic-mode."""
+    return {**TRAINER_ENV, **(DETERMINISTIC_ENV if getattr(args, "deterministic_mode", False) else {})}
 
 # What one rank of a group runs, by the group's role: "module:class", imported on the rank.
 TRAINER_CLASSES = {
@@ -133,7 +141,7 @@ class RayTrainGroup:
                 num_cpus=0 if placement.use_gpu else 1,
                 num_gpus=num_gpus,
                 scheduling_strategy=placement.strategy(position),
-                runtime_env={"env_vars": dict(TRAINER_ENV)},
+                runtime_env={"env_vars": trainer_env(args)},
             ).remote(rank, world, role)
             for rank, position in enumerate(bundles)
         ]

@@ -170,13 +170,14 @@ def _ep_load_worker(rank, world, port, hf, ckpt, extra, out):
     """Start from the checkpoint's weights (--ref-load without --load, or --load --no-load-optim)."""
     args, trainer = build_trainer(hf, world, extra, rank, port)
     start = trainer.load_initial_state()
-    ref = _log_probs(trainer, trainer.ref_model) if trainer.ref_model is not None else None
+    ref = _log_probs(trainer, reference=True) if trainer.has_reference else None
     _finish(rank, out, {"start": start, "log_probs": _log_probs(trainer), "ref": ref})
 
 
-def _log_probs(trainer, model=None) -> dict:
+def _log_probs(trainer, reference: bool = False) -> dict:
     data = fixed_rollout_data()
-    got = trainer.compute_log_prob(data, list(range(len(data["tokens"]))), model=model)["log_probs"]
+    compute = trainer.compute_reference_log_prob if reference else trainer.compute_log_prob
+    got = compute(data, list(range(len(data["tokens"]))))["log_probs"]
     return {str(i): t.tolist() for i, t in got.items()}
 
 

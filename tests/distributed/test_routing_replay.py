@@ -95,8 +95,10 @@ def _sorted(a):
 @pytest.fixture(scope="module")
 def tp2_sp_ep2(engines, tiny_moe_hf, tmp_path_factory):
     data, same = engines
+    # rows padded to TP x 2 = 4 tokens (slime's --data-pad-size-multiplier): each TP rank still
+    # replays its half of the row under SP, not a quarter
     extra = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
-             "--expert-tensor-parallel-size", "1"]
+             "--expert-tensor-parallel-size", "1", "--data-pad-size-multiplier", "2"]
     return spawn(_worker, 2, tmp_path_factory.mktemp("r3_tp2"), hf_dir=str(tiny_moe_hf), extra=extra, data=data,
                  same=same)
 

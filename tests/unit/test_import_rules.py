@@ -91,3 +91,70 @@ def test_rule_table_catches_what_it_should(module, target, expect):
         for owner, banned in FORBIDDEN.items()
     )
     assert hit is expect
+
+
+# DESIGN.md §2b.4: collectives on groups that are NCCL on GPU take only device tensors. Our code
+# calls torch.distributed's collectives (and new_group, so that host groups are marked) only
+# through slime/backends/megatron_utils/collectives.py, which places and checks the tensors.
+COLLECTIVES_HELPER = "slime/backends/megatron_utils/collectives.py"
+RAW_COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "broadcast", "all_gather", "all_gather_into_tensor",
+    "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+    "all_to_all_single", "gather", "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+    "barrier", "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object",
+    "scatter_object_list", "send_object_list", "recv_object_list", "new_group", "new_subgroups",
+})
+
+
+def _distributed_aliases(tree) -> set[str]:
+    """Names bound to torch.distributed in a module (`import torch.distributed as dist`, ...)."""
+    names = {"torch.distributed"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname for a in node.names if a.name == "torch.distributed" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
+            names |= {a.asname or a.name for a in node.names if a.name == "distributed"}
+    return names
+
+
+def _dotted(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def raw_collectives(source: str, filename: str = "<source>") -> list[str]:
+    """`line: call` for every raw torch.distributed collective used in `source`."""
+    tree = ast.parse(source, filename=filename)
+    aliases = _distributed_aliases(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in RAW_COLLECTIVES and _dotted(node.value) in aliases:
+            found.append(f"{node.lineno}: {_dotted(node)}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.distributed"):
+            found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                      if a.name in RAW_COLLECTIVES]
+    return found
+
+
+def test_collectives_only_through_the_helper():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel != COLLECTIVES_HELPER:
+            found += [f"{rel}:{hit}" for hit in raw_collectives(path.read_text(), rel)]
+    assert not found, ("raw torch.distributed collectives outside " + COLLECTIVES_HELPER
+                       + " (use slime.backends.megatron_utils.collectives):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source,expect", [
+    ("import torch.distributed as dist\ndist.all_reduce(t)", ["2: dist.all_reduce"]),
+    ("import torch\ntorch.distributed.broadcast(t, 0)", ["2: torch.distributed.broadcast"]),
+    ("from torch import distributed as d\nd.new_group([0])", ["2: d.new_group"]),
+    ("from torch.distributed import barrier", ["1: from torch.distributed import barrier"]),
+    ("import torch.distributed as dist\ndist.get_rank(); group.broadcast(t)", []),
+])
+def test_raw_collective_rule_catches_what_it_should(source, expect):
+    assert raw_collectives(source) == expect

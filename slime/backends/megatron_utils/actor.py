@@ -15,9 +15,8 @@ import time
 from functools import partial
 
 import torch
-import torch.distributed as dist
 
-from slime.backends.megatron_utils import advantage_data, routing_replay
+from slime.backends.megatron_utils import advantage_data, collectives, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
@@ -37,6 +36,7 @@ class MegatronTrainer(DataSplitMixin):
     """Model, optimizer and schedule of this rank plus the train/log-prob logic."""
 
     _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
+    _host_reference = None  # reference.HostReference once the reference model's weights moved to the host
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -86,20 +86,24 @@ class MegatronTrainer(DataSplitMixin):
         return self._micro_batches(rollout_data, indices, max_tokens, routing=routing)
 
     def _logprob_kw(self, with_entropy: bool) -> dict:
+        """Keywords of `train_step.response_log_probs`. The entropy keeps its autograd graph only
+        when a loss can train on it (--entropy-coef != 0, or a custom loss); else it is reported only."""
+        entropy_grad = self.args.entropy_coef != 0 or getattr(self, "_custom_loss", None) is not None
         return dict(tp_group=_mpu().get_tensor_model_parallel_group(), temperature=self.args.rollout_temperature,
-                    with_entropy=with_entropy, vocab_size=self.args.vocab_size,
+                    with_entropy=with_entropy, vocab_size=self.args.vocab_size, entropy_grad=entropy_grad,
                     cp_group=_mpu().get_context_parallel_group(), chunk_size=self.args.log_probs_chunk_size)
 
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
         and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
-        pass that runs: store_prefix "" (old policy, the actor's chunks) or "ref_" ([reference])."""
+        pass that runs: store_prefix "" (old policy) or "ref_" (the actor's chunks holding the reference
+        weights, swapped in from the host)."""
         n = len(rollout_data["tokens"])
         routing = routing_replay.old_policy_routing(self.args, rollout_data)
         old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
         # packed once for both passes, unless routing replay attaches a different routing to each
-        share = old_pass and self.ref_model is not None and not self.args.use_routing_replay
+        share = old_pass and self.has_reference and not self.args.use_routing_replay
         mbs = self.log_prob_micro_batches(rollout_data, mine) if share else None
         if self.args.disable_compute_advantages_and_returns:
             pass
@@ -110,11 +114,34 @@ class MegatronTrainer(DataSplitMixin):
             got = self.compute_log_prob(rollout_data, mine, routing=routing, micro_batches=mbs)
             if got is not None:
                 rollout_data["log_probs"] = [got["log_probs"].get(i) for i in range(n)]
-        if self.ref_model is not None:
-            self._before_log_prob("ref_", [self.ref_model])
-            got = self.compute_log_prob(rollout_data, mine, model=self.ref_model, micro_batches=mbs)
+        if self.has_reference:
+            got = self.compute_reference_log_prob(rollout_data, mine, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+
+    @property
+    def has_reference(self) -> bool:
+        """True when the run has a reference model (--use-kl-loss or --kl-coef)."""
+        return self.ref_model is not None or self._host_reference is not None
+
+    def host_reference(self):
+        """The reference weights on the host (`reference.HostReference`); the reference model built
+        at start-up (loaded by `load_initial_state`) is turned into it on first use and freed."""
+        if self.ref_model is not None:
+            from slime.backends.megatron_utils.reference import HostReference
+
+            self._host_reference, self.ref_model = HostReference.from_module(self.ref_model), None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return self._host_reference
+
+    def compute_reference_log_prob(self, rollout_data: dict, indices: list[int], micro_batches: list | None = None):
+        """`compute_log_prob` under the reference weights, swapped into the actor from the host (one
+        model on the device, as slime does); the actor's weights come back bit for bit. The
+        before-log-prob hook sees the actor's chunks holding the reference weights."""
+        with self.host_reference().swapped_into(self.state.model[0]):
+            self._before_log_prob("ref_", self.state.model)
+            return self.compute_log_prob(rollout_data, indices, micro_batches=micro_batches)
 
     def _before_log_prob(self, store_prefix: str, model: list) -> None:
         if getattr(self, "_log_prob_hook", None) is not None:
@@ -165,9 +192,8 @@ class MegatronTrainer(DataSplitMixin):
         mpu = _mpu()
         dp = mpu.get_data_parallel_world_size()
         if self.args.calculate_per_token_loss:
-            tokens = torch.tensor(float(sum(sum(rollout_data["loss_masks"][i]) for i in step)))
-            dist.all_reduce(tokens, group=mpu.get_data_parallel_group())
-            norm = max(float(tokens), 1.0)
+            tokens = collectives.device_tensor(float(sum(sum(rollout_data["loss_masks"][i]) for i in step)))
+            norm = max(float(collectives.all_reduce(tokens, group=mpu.get_data_parallel_group())), 1.0)
         else:
             norm = float(self.args.global_batch_size)
         return num_mbs * dp / norm, norm
@@ -194,26 +220,20 @@ class MegatronTrainer(DataSplitMixin):
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
         metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
-        tokens = torch.tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
-        dist.all_reduce(tokens, group=_mpu().get_data_parallel_group())
+        tokens = collectives.device_tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
+        tokens = float(collectives.all_reduce(tokens, group=_mpu().get_data_parallel_group()))
         seconds = time.monotonic() - start
         metrics["perf/train_time"] = seconds
-        metrics["perf/train_tokens_per_s"] = float(tokens) / seconds if seconds > 0 else 0.0
+        metrics["perf/train_tokens_per_s"] = tokens / seconds if seconds > 0 else 0.0
         interval = self.args.ref_update_interval
-        if interval and self.ref_model is not None and (rollout_id + 1) % interval == 0:
+        if interval and self.has_reference and (rollout_id + 1) % interval == 0:
             self.update_reference_model()
         return metrics
 
-    @torch.no_grad()
     def update_reference_model(self) -> None:
-        """Copy the actor's current weights into the reference model (`--ref-update-interval`,
-        after the steps of every N-th rollout, as slime does). Both are this rank's same stage."""
-        actor = dict(unwrap(self.state.model[0]).named_parameters())
-        ref = dict(unwrap(self.ref_model).named_parameters())
-        if actor.keys() != ref.keys():
-            raise RuntimeError("reference and actor models have different parameters; cannot refresh the reference")
-        for name, param in ref.items():
-            param.copy_(actor[name])
+        """The reference takes the actor's current weights (`--ref-update-interval`, after the steps
+        of every N-th rollout, as slime does)."""
+        self.host_reference().refresh_from(self.state.model[0])
         logger.info("reference model refreshed from the actor (--ref-update-interval %d)", self.args.ref_update_interval)
 
     def _train_one_step(self, rollout_id: int, rollout_data: dict, step: list[int]) -> dict[str, float]:
@@ -247,25 +267,18 @@ class MegatronTrainer(DataSplitMixin):
         normaliser, and broadcast from the last pipeline stage to every stage."""
         mpu = _mpu()
         names = sorted(outputs[0]["metrics"]) if outputs else []
-        count = torch.tensor([len(names)], dtype=torch.long)
         src = mpu.get_pipeline_model_parallel_last_rank()
         pp_group = mpu.get_pipeline_model_parallel_group()
-        dist.broadcast(count, src=src, group=pp_group)
+        count = collectives.broadcast(collectives.device_tensor([len(names)], dtype=torch.long), src, pp_group)
         values = torch.zeros(int(count), dtype=torch.float64)
         if mpu.is_pipeline_last_stage():
             for out in outputs:
-                values += torch.stack([out["metrics"][k].double().cpu() for k in names])
-            dist.all_reduce(values, group=mpu.get_data_parallel_group())
-            values /= norm
-        dist.broadcast(values, src=src, group=pp_group)
-        names = self._broadcast_names(names, src, pp_group)
+                values += torch.stack([out["metrics"][k].detach().double().cpu() for k in names])
+            values = collectives.all_reduce(collectives.to_device(values), group=mpu.get_data_parallel_group())
+            values = values / norm
+        values = collectives.broadcast(collectives.to_device(values), src, pp_group)
+        names = collectives.broadcast_object_list([names], src, pp_group)[0]
         return {f"train/{k}": float(v) for k, v in zip(names, values.tolist())}
-
-    @staticmethod
-    def _broadcast_names(names: list[str], src: int, group) -> list[str]:
-        box = [names]
-        dist.broadcast_object_list(box, src=src, group=group)
-        return box[0]
 
     def ppo_kl_inputs(self, num_samples: int) -> dict:
         """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all
@@ -281,6 +294,8 @@ class MegatronTrainer(DataSplitMixin):
         from slime.backends.megatron_utils import checkpoint
 
         start, common = checkpoint.load_initial_state(self.args, self.state, self.ref_model)
+        if self.has_reference:
+            self.host_reference()  # loaded: its weights go to the host, the device copy is freed
         self.step_id = int(common.get("step_id", 0))
         return start
 
@@ -318,12 +333,13 @@ class MegatronTrainer(DataSplitMixin):
     # ----- memory hand-over (--offload-train) ------------------------------------------------
     @property
     def memory(self):
-        """This rank's `TrainerMemory` (model chunks, optimizer and the reference model)."""
+        """This rank's `TrainerMemory` (model chunks and optimizer; the reference weights are on the host)."""
         if getattr(self, "_memory", None) is None:
             from slime.backends.megatron_utils.offload import TrainerMemory
 
-            extra = [self.ref_model] if self.ref_model is not None else []
-            self._memory = TrainerMemory(self.state.model, self.state.optimizer, extra_weights=extra)
+            if self.has_reference:
+                self.host_reference()  # the reference lives on the host: nothing of it to offload
+            self._memory = TrainerMemory(self.state.model, self.state.optimizer)
         return self._memory
 
     def offload(self, tags) -> dict[str, float]:

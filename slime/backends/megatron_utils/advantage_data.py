@@ -6,8 +6,8 @@ another data-parallel rank trains on). Shared by the actor and the PPO critic.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
 from slime.utils.advantages import compute_advantages_and_returns, masked_moments, whiten_from_moments
 
 
@@ -46,7 +46,7 @@ def whiten_over_group(advantages: list[torch.Tensor], loss_masks: list[torch.Ten
         moments = masked_moments(torch.cat(advantages), torch.cat(loss_masks))
     else:
         moments = torch.zeros(3, dtype=torch.float64)
-    dist.all_reduce(moments, group=group)
+    moments = collectives.all_reduce(collectives.to_device(moments), group=group).cpu()  # advantages stay on the host
     return [whiten_from_moments(adv, moments) for adv in advantages]
 
 

@@ -23,9 +23,8 @@ import logging
 from functools import partial
 
 import torch
-import torch.distributed as dist
 
-from slime.backends.megatron_utils import advantage_data
+from slime.backends.megatron_utils import advantage_data, collectives
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.actor import MegatronTrainer
 from slime.backends.megatron_utils.logprobs import gather_context_parallel
@@ -103,8 +102,7 @@ def value_train_loss_fn(mb: ts.MicroBatch, output: torch.Tensor, *, value_clip: 
 def gather_samples(local: dict[int, torch.Tensor], n: int) -> list[torch.Tensor | None]:
     """Per-sample tensors held by some ranks (sample index -> tensor) -> the list of all `n`,
     on every rank (all_gather_object over the whole trainer group). Missing samples are None."""
-    parts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, {i: t.detach().cpu() for i, t in local.items()})
+    parts = collectives.all_gather_object({i: t.detach().cpu() for i, t in local.items()})
     merged: dict[int, torch.Tensor] = {}
     for part in parts:
         merged.update(part)

@@ -9,13 +9,26 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
-from slime.backends.megatron_utils import routing_replay
+from slime.backends.megatron_utils import collectives, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.packing import local_row_length
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.utils.seqlen_balancing import dynamic_microbatches, split_for_data_parallel
+
+
+# FP8 GEMMs (Transformer Engine) need the tokens of each rank's GEMM in multiples of 16 (delayed /
+# tensorwise scaling; 32 for MXFP8): rows are padded to 128 tokens per rank, slime's TP x 128
+FP8_TOKENS_PER_RANK_MULTIPLE = 128
+
+
+def row_pad_multiple(tp: int, sequence_parallel: bool, fp8: bool, multiplier: int | None = None) -> int:
+    """The multiple each micro-batch row (this CP rank's) is padded to: TP under sequence parallel
+    (the row is split over TP ranks), times FP8_TOKENS_PER_RANK_MULTIPLE with FP8 (--fp8-format),
+    and a multiple of TP x --data-pad-size-multiplier when given (slime's padding)."""
+    split = tp if sequence_parallel else 1
+    pad = split * FP8_TOKENS_PER_RANK_MULTIPLE if fp8 else split
+    return math.lcm(pad, tp * multiplier) if multiplier else pad
 
 
 class DataSplitMixin:
@@ -46,10 +59,8 @@ class DataSplitMixin:
         else:
             size = args.micro_batch_size
             groups = [list(range(i, min(i + size, len(indices)))) for i in range(0, len(indices), size)]
-        tp = mpu.get_tensor_model_parallel_world_size()
-        pad = tp if self.state.config.sequence_parallel else 1
-        if args.data_pad_size_multiplier:  # slime's row padding to TP x multiplier
-            pad = math.lcm(pad, tp * args.data_pad_size_multiplier)
+        tp, sp = mpu.get_tensor_model_parallel_world_size(), self.state.config.sequence_parallel
+        pad = row_pad_multiple(tp, sp, bool(getattr(args, "fp8_format", None)), args.data_pad_size_multiplier)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         groups = [[indices[j] for j in g] for g in groups if g]
         lengths = self._padded_lengths(rollout_data, groups, cp["cp_size"])
@@ -58,7 +69,7 @@ class DataSplitMixin:
         if args.use_routing_replay:  # routers always told what to do: a replay must not outlive its pass
             routing_replay.attach(mbs, rollout_data, routing or "own", num_layers=args.num_layers,
                                   topk=args.moe_router_topk, tp_rank=mpu.get_tensor_model_parallel_rank(),
-                                  sp_size=pad, **cp)
+                                  sp_size=tp if sp else 1, **cp)
         return mbs
 
     @staticmethod
@@ -69,11 +80,11 @@ class DataSplitMixin:
         num = 1
         while True:
             groups = dynamic_microbatches(lengths, max_tokens, num=num)
-            counts = torch.tensor([len(groups), -len(groups)])
-            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=_mpu().get_data_parallel_group())
-            if int(counts[0]) == -int(counts[1]):
+            counts = collectives.device_tensor([len(groups), -len(groups)])
+            most, neg_least = collectives.all_reduce(counts, "max", group=_mpu().get_data_parallel_group()).tolist()
+            if most == -neg_least:
                 return groups
-            num = int(counts[0])
+            num = most
 
     def _padded_lengths(self, rollout_data: dict, groups: list[list[int]], cp_size: int) -> list[int]:
         """Row length of each micro-batch (this CP rank's share). Pipeline stages exchange
@@ -81,9 +92,10 @@ class DataSplitMixin:
         equal-sized token blocks from every expert-parallel rank (pad micro-batch j to its longest
         over data parallel)."""
         mpu = _mpu()
-        lengths = torch.tensor([local_row_length([len(rollout_data["tokens"][i]) for i in g], cp_size) for g in groups])
+        lengths = [local_row_length([len(rollout_data["tokens"][i]) for i in g], cp_size) for g in groups]
         if mpu.get_expert_model_parallel_world_size() > 1 and mpu.get_data_parallel_world_size() > 1:
-            dist.all_reduce(lengths, op=dist.ReduceOp.MAX, group=mpu.get_data_parallel_group())
+            lengths = collectives.all_reduce(collectives.device_tensor(lengths), "max",
+                                             group=mpu.get_data_parallel_group()).tolist()
         if mpu.get_pipeline_model_parallel_world_size() > 1:
-            lengths[:] = lengths.max()
-        return lengths.tolist()
+            lengths = [max(lengths)] * len(lengths)
+        return lengths

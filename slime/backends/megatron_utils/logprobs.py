@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
+
 
 def _tp(group) -> tuple[int, int]:
     if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
@@ -31,9 +33,7 @@ class _ReduceReplicated(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
-        x = x.clone()
-        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
-        return x
+        return collectives.all_reduce(collectives.to_device(x.clone()), group=group)
 
     @staticmethod
     def backward(ctx, grad):
@@ -51,9 +51,12 @@ def vocab_parallel_log_probs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     vocab_size: int | None = None,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [N, V_local] (this rank's vocab shard), targets [N] (global ids) ->
     (log p(target) [N], entropy [N] or None), in fp32, differentiable w.r.t. logits.
+    `entropy_grad=False` (--entropy-coef 0: the entropy is only reported) computes the same entropy
+    without an autograd graph, so none of its [N, V_local] temporaries is kept for the backward.
 
     Columns at or beyond `vocab_size` (megatron pads the vocabulary to a multiple of
     `make_vocab_size_divisible_by * TP`) are excluded, so the distribution is the tokenizer's
@@ -67,7 +70,7 @@ def vocab_parallel_log_probs(
     with torch.no_grad():
         peak = logits.max(dim=-1, keepdim=True).values
         if size > 1:
-            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=tp_group)
+            peak = collectives.all_reduce(collectives.to_device(peak), "max", group=tp_group)
     shifted = logits - peak
     exp = shifted.exp()
     sum_exp = _sum(exp.sum(dim=-1), tp_group, size)
@@ -80,10 +83,11 @@ def vocab_parallel_log_probs(
     log_probs = _sum(picked, tp_group, size) - log_z
     if not with_entropy:
         return log_probs, None
-    # H = log Z - E_p[shifted logit]
-    weighted = torch.where(exp > 0, exp * shifted, torch.zeros_like(exp))  # 0 * -inf at padding
-    expected = _sum(weighted.sum(dim=-1), tp_group, size) / sum_exp
-    return log_probs, log_z - expected
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        # H = log Z - E_p[shifted logit]
+        weighted = torch.where(exp > 0, exp * shifted, torch.zeros_like(exp))  # 0 * -inf at padding
+        expected = _sum(weighted.sum(dim=-1), tp_group, size) / sum_exp
+        return log_probs, log_z - expected
 
 
 def chunked_log_probs(

@@ -4,7 +4,8 @@ The actor model is this rank's GPTModel stage wrapped in megatron-core's Distrib
 (fp32 or bf16 via Float16Module), with megatron-core's optimizer (distributed optimizer, CPU
 offload and the precision-aware optimizer come from `optimizer_config_from_args`) and
 `OptimizerParamScheduler`. The reference model used for the KL term is the same stage without
-gradients, DDP or optimizer.
+gradients, DDP or optimizer; it only receives `--ref-load`'s weights, which then move to the host
+(`reference.HostReference`, swapped into the actor for the reference pass).
 """
 
 from __future__ import annotations

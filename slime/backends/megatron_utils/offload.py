@@ -2,15 +2,17 @@
 colocated engines use the GPUs, take it back before the trainer needs it.
 
 Owns `TrainerMemory`. Three tags, as SGLang's memory saver has its own:
-- ``weights``: the model's parameters and Megatron's DDP parameter buffers (and the reference
-  model, if any) -- copied to host memory, restored bit for bit;
+- ``weights``: the model's parameters and Megatron's DDP parameter buffers (`extra_weights`: other
+  modules, none in the trainer: its reference weights live on the host) -- copied to host memory,
+  restored bit for bit;
 - ``optimizer``: the optimizer's state and main (fp32) parameters -- copied, restored bit for bit;
 - ``grads``: Megatron's DDP gradient buffers and the main parameters' `.grad` -- freed without a
   copy (every train step zeroes them before use) and zero-filled when taken back.
 
 How: every tensor of a tag is reduced to its storage (views such as the DDP parameter views into
-one flat buffer share it); a storage is copied into a host tensor (pinned on GPUs) and resized to
-0 bytes, so the device memory returns to the allocator while every tensor, view and optimizer
+one flat buffer share it); a storage is copied into its slice of the tag's host buffer (pinned on
+GPUs; one buffer per tag, allocated at the first offload and reused by every later one: pinning
+~15 GB per rank on each hand-over would cost seconds and fragment host memory) and resized to 0 bytes, so the device memory returns to the allocator while every tensor, view and optimizer
 reference stays the same Python object. Taking it back resizes the storage and copies the bytes
 in. This is the move FSDP uses for its flat parameters; on CPU it is the same code (a storage
 freed and refilled), so the loop's order and bit-exactness are tested without a GPU.
@@ -102,6 +104,17 @@ class TrainerMemory:
         self.models, self.optimizer, self.extra_weights = list(models), optimizer, list(extra_weights)
         self.device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
         self._host: dict[str, list[tuple[object, torch.Tensor | None, int]]] = {}
+        self._host_buffers: dict[str, torch.Tensor] = {}  # per copied tag, reused across offloads
+
+    def host_buffer(self, tag: str, nbytes: int) -> torch.Tensor:
+        """The host buffer (uint8, pinned on GPUs) of `tag`, at least `nbytes` long: the one of the
+        previous offload when it is large enough (the tag's storages keep their sizes), else a new one."""
+        buffer = self._host_buffers.get(tag)
+        if buffer is None or buffer.numel() < nbytes:
+            self._host_buffers.pop(tag, None)  # the old one goes before the new one is pinned
+            buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.device_type == "cuda")
+            self._host_buffers[tag] = buffer
+        return buffer
 
     def _tagged_storages(self) -> dict[str, list]:
         """Storages per tag; a storage reachable from several tags goes to the first copied one."""
@@ -133,13 +146,15 @@ class TrainerMemory:
         for tag in _checked(tags):
             if tag in self._host:
                 continue
-            entries = []
+            entries, offset = [], 0
+            buffer = self.host_buffer(tag, sum(s.nbytes() for s in tagged[tag])) if tag in COPIED_TAGS else None
             for storage in tagged[tag]:
                 nbytes = storage.nbytes()
                 host = None
-                if tag in COPIED_TAGS:
-                    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.device_type == "cuda")
+                if buffer is not None:
+                    host = buffer[offset:offset + nbytes]
                     host.copy_(_byte_view(storage))
+                    offset += nbytes
                 entries.append((storage, host, nbytes))
             if self.device_type == "cuda":
                 torch.cuda.synchronize()

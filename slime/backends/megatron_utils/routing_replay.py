@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from slime.backends.megatron_utils import collectives
 from slime.backends.megatron_utils.packing import cp_padded_length, zigzag_positions
 
 REPLAY_KEY = "replay_routed_experts"  # rollout_data key of the per-sample routing the trainer replays
@@ -163,9 +164,7 @@ def collect(micro_batches: list, *, cp_rank: int = 0, cp_size: int = 1, sp_group
     for mb in micro_batches:
         row = mb.recorded
         if sp_group is not None and dist.get_world_size(sp_group) > 1:
-            shares = [torch.empty_like(row) for _ in range(dist.get_world_size(sp_group))]
-            dist.all_gather(shares, row.contiguous(), group=sp_group)
-            row = torch.cat(shares)
+            row = torch.cat(collectives.all_gather(collectives.to_device(row), group=sp_group))
         unpack_row(row, mb.packed.total_lengths, full, mb.packed.sample_ids, cp_rank=cp_rank, cp_size=cp_size)
     return full
 

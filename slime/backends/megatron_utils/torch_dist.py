@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
 from slime.utils.arguments.logger import is_secret_dest
 
 logger = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ def write_torch_dist(state: dict, save_dir, iteration: int, background: bool = F
     ckpt_dir = iteration_dir(save_dir, iteration)
     if dist.get_rank() == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
+    collectives.barrier()
     if background:
         request = dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy(True),
                                           async_sharded_save=True)
@@ -172,10 +173,10 @@ def write_torch_dist(state: dict, save_dir, iteration: int, background: bool = F
 
 
 def _write_tracker(save_dir, iteration: int) -> None:
-    dist.barrier()
+    collectives.barrier()
     if dist.get_rank() == 0:
         (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
-    dist.barrier()
+    collectives.barrier()
 
 
 class PendingSave:
@@ -199,9 +200,8 @@ class PendingSave:
         """Wait for the write, then (collectively) megatron's metadata and the tracker file. Raises
         on every rank when the write failed on any rank (the tracker then keeps the previous one)."""
         self.thread.join()
-        failed = torch.tensor([int(self.error is not None)])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-        if int(failed):
+        failed = collectives.device_tensor([int(self.error is not None)])
+        if int(collectives.all_reduce(failed, "max")):
             raise RuntimeError(f"--async-save of {self.ckpt_dir} failed on a rank") from self.error
         for fn in self.request.finalize_fns:
             fn()

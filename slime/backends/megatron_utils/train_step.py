@@ -63,15 +63,17 @@ def build_micro_batch(rollout_data: dict, indices: list[int], *, pad_to: int, de
 
 def response_log_probs(logits: torch.Tensor, mb: MicroBatch, *, tp_group, temperature: float,
                        with_entropy: bool, vocab_size: int | None = None,
-                       cp_group=None, chunk_size: int = -1) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       cp_group=None, chunk_size: int = -1,
+                       entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [1, T, V/tp] (this CP rank's row) -> flat log-probs (and entropy) of every response
     token of `mb`, [sum(response_lengths)] in sample order, the same on every CP rank.
-    `chunk_size` > 0 (--log-probs-chunk-size): over the vocabulary that many tokens at a time."""
+    `chunk_size` > 0 (--log-probs-chunk-size): over the vocabulary that many tokens at a time.
+    `entropy_grad=False`: the entropy carries no autograd graph (reported, not trained on)."""
     packed = mb.packed
     picked = logits[0].index_select(0, packed.logit_index)
     log_probs, entropy = chunked_log_probs(picked, packed.target_ids, chunk_size, tp_group=tp_group,
                                            temperature=temperature, with_entropy=with_entropy,
-                                           vocab_size=vocab_size)
+                                           vocab_size=vocab_size, entropy_grad=entropy_grad)
     def whole(values):
         return gather_context_parallel(values, packed.flat_index, packed.num_response_tokens, cp_group)
     return whole(log_probs), (whole(entropy) if entropy is not None else None)

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
 from slime.backends.megatron_utils.hf_loader import mapped_tensors, shard_context_for
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
@@ -49,13 +50,7 @@ def _sizes(args_or_sizes) -> tuple[int, int]:
 
 def _all_gather(tensor: torch.Tensor, group) -> list[torch.Tensor]:
     """Every rank's ``tensor`` of ``group`` (rank order); the input itself when the group has 1 rank."""
-    size = dist.get_world_size(group=group)
-    if size == 1:
-        return [tensor]
-    tensor = tensor.contiguous()
-    out = [torch.empty_like(tensor) for _ in range(size)]
-    dist.all_gather(out, tensor, group=group)
-    return out
+    return collectives.all_gather(collectives.to_device(tensor), group=group)
 
 
 def _full_megatron_tensors(wmap, ctx, name: str, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
@@ -167,5 +162,5 @@ def write_hf_checkpoint(model, args_or_sizes, origin_hf_dir, output_dir) -> Path
     named = [(name, t.to(dtype)) for name, t in iter_hf_named_tensors(model, config, args_or_sizes)]
     if dist.get_rank() == 0:
         save_hf_checkpoint(named, output_dir, origin_hf_dir)
-    dist.barrier()
+    collectives.barrier()
     return Path(output_dir)

@@ -23,3 +23,11 @@ def test_trainer_ranks_run_with_nccl_cumem_disabled(monkeypatch):
     for options in seen:
         env = options["runtime_env"]["env_vars"]
         assert env["NCCL_CUMEM_ENABLE"] == "0" and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_deterministic_mode_turns_off_te_nondeterministic_algorithms():
+    """megatron-core's TEDotProductAttention raises under --deterministic-mode unless
+    NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (extensions/transformer_engine.py, 0.16.1)."""
+    env = actor_group.trainer_env(SimpleNamespace(deterministic_mode=True))
+    assert env["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] == "0" and env["NCCL_CUMEM_ENABLE"] == "0"
+    assert "NVTE_ALLOW_NONDETERMINISTIC_ALGO" not in actor_group.trainer_env(SimpleNamespace(deterministic_mode=False))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -75,6 +76,16 @@ def test_pg_loss_reducer_returning_a_non_scalar_names_the_flag():
         _policy_loss(_policy_args(f"{HERE}.bad_reducer"))
 
 
+class RecordedReference:
+    """A HostReference that records when its weights are in the actor."""
+
+    @contextlib.contextmanager
+    def swapped_into(self, module):
+        CALLS.append(("swap in", module))
+        yield
+        CALLS.append(("swap out",))
+
+
 def _trainer(*, ref: bool, disable=False, rollout_logprobs=False):
     from slime.backends.megatron_utils.actor import MegatronTrainer
     from slime.utils.misc import load_function
@@ -83,7 +94,8 @@ def _trainer(*, ref: bool, disable=False, rollout_logprobs=False):
     trainer.args = SimpleNamespace(disable_compute_advantages_and_returns=disable, use_rollout_logprobs=rollout_logprobs,
                                    use_rollout_routing_replay=False, use_routing_replay=False)
     trainer.state = SimpleNamespace(model=["actor-chunk"])
-    trainer.ref_model = "ref-model" if ref else None
+    trainer.ref_model = None
+    trainer._host_reference = RecordedReference() if ref else None
     trainer._log_prob_hook = load_function(f"{HERE}.before_log_prob")
     trainer.log_prob_micro_batches = lambda *a, **k: []
 
@@ -97,8 +109,8 @@ def _trainer(*, ref: bool, disable=False, rollout_logprobs=False):
 def test_before_log_prob_hook_runs_before_each_pass():
     data = {"tokens": [[1, 2]], "rollout_log_probs": [[0.0]]}
     _trainer(ref=True)._fill_log_probs(data, [0])
-    assert CALLS == [("log_prob", "", ["actor-chunk"]), ("pass", None),
-                     ("log_prob", "ref_", ["ref-model"]), ("pass", "ref-model")]
+    assert CALLS == [("log_prob", "", ["actor-chunk"]), ("pass", None),  # the reference pass runs the actor
+                     ("swap in", "actor-chunk"), ("log_prob", "ref_", ["actor-chunk"]), ("pass", None), ("swap out",)]
     CALLS.clear()
     _trainer(ref=False, rollout_logprobs=True)._fill_log_probs(data, [0])
     assert CALLS == []  # no pass, no hook (slime calls it from compute_log_prob)

@@ -15,6 +15,7 @@ import logging
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron_utils import collectives
 from slime.backends.megatron_utils.update_weight.common import run_on_engines
 from slime.utils import engine_requests
 
@@ -58,8 +59,7 @@ def check_engines_match_trainer(trainer, engine_urls: list[str], max_new_tokens:
     box = [None]
     if dist.get_rank() == 0:
         box[0] = _engine_continuations(engine_urls, prompt, max_new_tokens, trainer.args.rollout_temperature)
-    dist.broadcast_object_list(box, src=0)
-    outputs = box[0]
+    outputs = collectives.broadcast_object_list(box, src=0)[0]
     data = {"tokens": [prompt + ids for ids, _ in outputs], "response_lengths": [len(ids) for ids, _ in outputs],
             "loss_masks": [[1] * len(ids) for ids, _ in outputs]}
     got = trainer.compute_log_prob(data, list(range(len(outputs))))
@@ -68,7 +68,7 @@ def check_engines_match_trainer(trainer, engine_urls: list[str], max_new_tokens:
         for i, (_, engine_lp) in enumerate(outputs):
             mine = got["log_probs"][i].double().cpu()
             diffs[i] = (mine - torch.tensor(engine_lp, dtype=torch.float64)).abs().max()
-    dist.all_reduce(diffs, op=dist.ReduceOp.MAX)
+    diffs = collectives.all_reduce(collectives.to_device(diffs), "max").cpu()
     worst = int(diffs.argmax())
     if float(diffs[worst]) > atol:
         raise ValueError(f"--check-weight-update-equal: engine {engine_urls[worst]} log-probs differ from the "

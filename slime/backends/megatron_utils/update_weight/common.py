@@ -82,12 +82,14 @@ def megatron_role() -> TrainerRole:
     import torch.distributed as dist
     from megatron.core import parallel_state as mpu
 
+    from slime.backends.megatron_utils import collectives
     from slime.backends.megatron_utils.weight_export import is_weight_sender
 
     stage_tag = f"pp{mpu.get_pipeline_model_parallel_rank()}"
     store = dist.distributed_c10d._get_default_store()
     return TrainerRole(is_leader=dist.get_rank() == 0, is_sender=is_weight_sender(), stage_tag=stage_tag,
-                       barrier=dist.barrier, lock=functools.partial(StoreLock, store, WEIGHT_SYNC_LOCK_KEY, stage_tag))
+                       barrier=collectives.barrier,
+                       lock=functools.partial(StoreLock, store, WEIGHT_SYNC_LOCK_KEY, stage_tag))
 
 
 def run_on_engines(urls: list[str], call: Callable, timeout: float = 600.0) -> list:

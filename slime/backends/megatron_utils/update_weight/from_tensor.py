@@ -62,19 +62,17 @@ class _Membership:
         """Every member's entry in rank order on the first rank; None elsewhere."""
         if self.group is None:
             return [entry]
-        import torch.distributed as dist
+        from slime.backends.megatron_utils import collectives
 
-        out = [None] * len(self.ranks) if rank == self.ranks[0] else None
-        dist.gather_object(entry, out, dst=self.ranks[0], group=self.group)
-        return out
+        return collectives.gather_object(entry, dst=self.ranks[0], group=self.group)
 
     def settle(self, error: BaseException | None, rank: int) -> None:
         """Share the POST's outcome from the first rank; every member raises if it failed."""
         outcome = [repr(error) if error is not None else None]
         if self.group is not None:
-            import torch.distributed as dist
+            from slime.backends.megatron_utils import collectives
 
-            dist.broadcast_object_list(outcome, src=self.ranks[0], group=self.group)
+            collectives.broadcast_object_list(outcome, src=self.ranks[0], group=self.group)
         if error is not None:
             raise error
         if outcome[0] is not None:
@@ -98,6 +96,8 @@ class UpdateWeightFromTensor(WeightSender):
         `new_group` needs every rank) and check each engine has no more TP ranks than members."""
         import torch.distributed as dist
 
+        from slime.backends.megatron_utils import collectives
+
         if self._connected:
             raise RuntimeError("UpdateWeightFromTensor is already connected")
         if not torch.cuda.is_available():
@@ -106,7 +106,8 @@ class UpdateWeightFromTensor(WeightSender):
         self._rank = dist.get_rank() if distributed else 0
         world = dist.get_world_size() if distributed else 1
         for engine, ranks in enumerate(engine_rank_groups(len(self.engine_urls), self.gpus_per_engine, world)):
-            group = dist.new_group(ranks, backend="gloo") if distributed and len(ranks) > 1 else None
+            group = collectives.new_host_group(ranks, f"weight_gather_engine{engine}") \
+                if distributed and len(ranks) > 1 else None
             if self._rank in ranks:
                 self._member = _Membership(engine, ranks, group)
         if self._member is not None:  # the first rank checks the engine; every member learns the outcome

@@ -161,3 +161,31 @@ def test_whole_sample_packing_equals_the_general_path():
             assert a.dtype == b.dtype and torch.equal(a, b), name
         for name in ("max_seqlen", "total_lengths", "response_lengths", "sample_ids", "cp_size"):
             assert getattr(fast, name) == getattr(slow, name), name
+
+
+def test_entropy_only_reported_has_no_graph_and_the_same_values():
+    """--entropy-coef 0: the entropy is computed without autograd (none of its [N, V] temporaries
+    is kept for the backward); values and the log-probs' gradients do not change."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 9, generator=g, requires_grad=True)
+    targets = torch.randint(0, 8, (6,), generator=g)
+    kw = dict(temperature=0.7, with_entropy=True, vocab_size=8)
+    lp, ent = vocab_parallel_log_probs(logits, targets, **kw)
+    (grad,) = torch.autograd.grad(lp.sum(), logits)
+    lp_nograd, ent_nograd = vocab_parallel_log_probs(logits, targets, entropy_grad=False, **kw)
+    assert ent.grad_fn is not None and ent_nograd.grad_fn is None and not ent_nograd.requires_grad
+    (grad_nograd,) = torch.autograd.grad(lp_nograd.sum(), logits)
+    torch.testing.assert_close((lp_nograd, ent_nograd, grad_nograd), (lp, ent.detach(), grad), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("entropy_coef,custom_loss,expect", [(0.0, None, False), (0.01, None, True), (0.0, print, True)])
+def test_trainer_keeps_the_entropy_graph_only_when_a_loss_trains_on_it(monkeypatch, entropy_coef, custom_loss, expect):
+    from types import SimpleNamespace
+
+    from slime.backends.megatron_utils import actor
+
+    groups = SimpleNamespace(get_tensor_model_parallel_group=lambda: None, get_context_parallel_group=lambda: None)
+    monkeypatch.setattr(actor, "_mpu", lambda: groups)
+    trainer = SimpleNamespace(_custom_loss=custom_loss, args=SimpleNamespace(
+        entropy_coef=entropy_coef, rollout_temperature=1.0, vocab_size=None, log_probs_chunk_size=-1))
+    assert actor.MegatronTrainer._logprob_kw(trainer, with_entropy=True)["entropy_grad"] is expect
