@@ -198,6 +198,39 @@ def patch_mla_have_te() -> bool:
     return True
 
 
+def patch_torch_adam_state_copy() -> bool:
+    """``DistributedOptimizer._set_main_param_and_optimizer_states`` keeps torch Adam's ``step``
+    when the loaded states do not carry one (no Apex/TE).
+
+    Why: megatron-core 0.16.1's non-precision-aware branch copies every key of the torch
+    optimizer's per-parameter state (``{"param", **optim_state}``) from the loaded tensors;
+    torch's Adam keeps a ``step`` tensor there, which the ``fully_reshardable``,
+    ``dp_zero_gather_scatter`` and ``fully_sharded_model_space`` loaders leave out on purpose
+    (``load_state_dict`` sets it from the param groups), so loading a checkpoint in any of those
+    layouts (Megatron-LM's, slime's) raises ``KeyError: 'step'`` without Apex/TE (their
+    FusedAdam keeps no per-parameter step; ``dp_reshardable``, ours, takes another path). Can go
+    when megatron skips states the loaded tensors lack (not the case up to 0.16.x).
+    """
+    from megatron.core.optimizer import distrib_optimizer as dopt
+
+    original = dopt.DistributedOptimizer._set_main_param_and_optimizer_states
+    if dopt.HAVE_APEX_OR_TE or getattr(original, _MARK, False):
+        return False
+
+    def set_states(self, model_param, tensors):
+        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            group_index, group_order = self.model_param_group_index_map[model_param]
+            main_param = self.optimizer.param_groups[group_index]["params"][group_order]
+            step = self.optimizer.state[main_param].get("step")
+            if step is not None:
+                tensors = {**tensors, "step": step}  # copied onto itself: the loaded step stays
+        return original(self, model_param, tensors)
+
+    setattr(set_states, _MARK, True)
+    dopt.DistributedOptimizer._set_main_param_and_optimizer_states = set_states
+    return True
+
+
 CPU_PATCHES = {
     "mla_have_te": patch_mla_have_te,
     "cuda_device_mode": patch_cuda_device_mode,
@@ -205,6 +238,7 @@ CPU_PATCHES = {
     "cuda_synchronize": patch_cuda_synchronize,
     "rng_tracker": patch_rng_tracker,
     "te_general_gemm": patch_te_general_gemm,
+    "torch_adam_state_copy": patch_torch_adam_state_copy,
 }
 
 

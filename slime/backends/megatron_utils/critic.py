@@ -141,12 +141,13 @@ class MegatronCritic(MegatronTrainer):
         self.step_id = 0
 
     def load_initial_state(self) -> int:
-        """Resume from `--critic-load` (tracker file present), else every weight but the value
-        head from `--ref-load`. Returns the rollout id the critic's checkpoint continues from."""
-        from slime.backends.megatron_utils.torch_dist import read_tracker
+        """Resume from `--critic-load` (never silently ignored: only a first launch, `--critic-load`
+        = `--critic-save` without a checkpoint yet, starts without it), else every weight but the
+        value head from `--ref-load`. Returns the rollout id the critic's checkpoint continues from."""
+        from slime.backends.megatron_utils.checkpoint import resumes
 
         args = self.args
-        if args.load and read_tracker(args.load) is not None:
+        if resumes("--critic-load", args.load, args.save):
             return super().load_initial_state()
         if args.ref_load:
             load_backbone(args.ref_load, self.state.model[0])
@@ -221,12 +222,11 @@ def load_backbone(load_dir, model) -> None:
     into the critic `model` (its value head keeps its fresh initialisation)."""
     from megatron.core import dist_checkpointing
 
+    from slime.backends.megatron_utils.checkpoint import require_checkpoint
     from slime.backends.megatron_utils.torch_dist import iteration_dir, read_tracker
 
+    require_checkpoint("--ref-load", load_dir)  # the critic starts from the actor's torch_dist checkpoint
     iteration = read_tracker(load_dir)
-    if iteration is None:
-        raise FileNotFoundError(f"--ref-load {load_dir} has no latest_checkpointed_iteration.txt "
-                                "(the critic starts from the actor's torch_dist checkpoint)")
     bare = unwrap(model)
     sharded = {k: v for k, v in bare.sharded_state_dict().items() if not k.startswith("output_layer.")}
     loaded = dist_checkpointing.load({"model": sharded}, str(iteration_dir(load_dir, iteration)))
@@ -234,4 +234,4 @@ def load_backbone(load_dir, model) -> None:
     missing = [k for k in missing if not k.endswith("_extra_state") and not k.startswith("output_layer.")]
     if missing or unexpected:
         raise RuntimeError(f"critic from {load_dir}: missing keys {missing}, unexpected keys {unexpected}")
-    logger.info("critic: backbone loaded from %s (iteration %d), value head initialised fresh", load_dir, iteration)
+    logger.info("critic: backbone loaded from %s (iteration %s), value head initialised fresh", load_dir, iteration)

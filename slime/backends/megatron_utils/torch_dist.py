@@ -1,8 +1,11 @@
 """The Megatron-LM ``torch_dist`` checkpoint layout and the writer every save goes through.
 
-Layout: ``{save}/iter_{iteration:07d}/`` holds the dist_checkpointing files and
-``{save}/latest_checkpointed_iteration.txt`` the iteration, written by rank 0 after every rank
-finished; the common state carries ``checkpoint_version`` (3.0), ``iteration`` and ``args`` (a
+Layout (`slime.utils.checkpoint_layout`): ``{save}/iter_{iteration:07d}/`` holds the
+dist_checkpointing files and ``{save}/latest_checkpointed_iteration.txt`` the iteration (or
+``release``, naming ``{save}/release/``: slime's converter output). A save is written into
+``{save}/.saving-iter_{iteration:07d}/``, renamed into place by rank 0 after every rank finished
+and megatron wrote its metadata, and only then is the tracker replaced (temp file + rename), so an
+interrupted save leaves the previous checkpoint and tracker intact; the common state carries ``checkpoint_version`` (3.0), ``iteration`` and ``args`` (a
 Namespace of plain values without secrets: Megatron-LM readers use getattr on it). Trainer
 checkpoints (`checkpoint.py`) and the HF converter (`hf_convert.py`) both write through
 `write_torch_dist`.
@@ -22,8 +25,8 @@ lock no thread will release. `thread_count=1` avoids none of them (it only makes
 file in the calling process: no Manager, no fork. With `background=True` (`--async-save`) the
 planning and a CPU snapshot of every tensor happen in the call, the file is written by a thread of
 this process, and `PendingSave.finalize()` (collective) joins it, lets megatron write the global
-metadata and only then points the tracker file at the new iteration: a checkpoint named by the
-tracker is always complete.
+metadata and only then renames the folder into place and points the tracker at it: a checkpoint
+named by the tracker is always complete.
 """
 
 from __future__ import annotations
@@ -40,28 +43,19 @@ import torch.distributed as dist
 
 from slime.backends.megatron_utils import collectives
 from slime.utils.arguments.logger import is_secret_dest
+from slime.utils.checkpoint_layout import (  # noqa: F401  (the layout's names, re-exported)
+    TRACKER_FILE,
+    iteration_dir,
+    prepare_staging,
+    publish,
+    read_tracker,
+    staging_dir,
+)
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 3.0
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _PLAIN = (str, int, float, bool, type(None))
-
-
-def iteration_dir(save_dir, iteration: int) -> Path:
-    """Megatron-LM's per-iteration folder: ``<save>/iter_{iteration:07d}``."""
-    return Path(save_dir) / f"iter_{iteration:07d}"
-
-
-def read_tracker(load_dir) -> int | None:
-    """Iteration in `{load_dir}/latest_checkpointed_iteration.txt`, None when the file is absent."""
-    tracker = Path(load_dir) / TRACKER_FILE
-    if not tracker.is_file():
-        return None
-    text = tracker.read_text().strip()
-    if not text.isdigit():
-        raise ValueError(f"{tracker}: expected an iteration number, found {text!r}")
-    return int(text)
 
 
 def plain_args(args: argparse.Namespace, **extra) -> argparse.Namespace:
@@ -159,24 +153,25 @@ def write_torch_dist(state: dict, save_dir, iteration: int, background: bool = F
     `PendingSave` whose `finalize()` (every rank calls) completes the save and writes the tracker."""
     from megatron.core import dist_checkpointing
 
-    ckpt_dir = iteration_dir(save_dir, iteration)
     if dist.get_rank() == 0:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        prepare_staging(save_dir, iteration)
     collectives.barrier()
+    staging = str(staging_dir(save_dir, iteration))
     if background:
-        request = dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy(True),
+        request = dist_checkpointing.save(state, staging, sharded_strategy=in_process_save_strategy(True),
                                           async_sharded_save=True)
         return PendingSave(request, save_dir, iteration)
-    dist_checkpointing.save(state, str(ckpt_dir), sharded_strategy=in_process_save_strategy())
-    _write_tracker(save_dir, iteration)
-    return ckpt_dir
+    dist_checkpointing.save(state, staging, sharded_strategy=in_process_save_strategy())
+    return _publish(save_dir, iteration)
 
 
-def _write_tracker(save_dir, iteration: int) -> None:
+def _publish(save_dir, iteration: int) -> Path:
+    """Every rank finished writing: rank 0 renames the staging folder into place and writes the tracker."""
     collectives.barrier()
     if dist.get_rank() == 0:
-        (Path(save_dir) / TRACKER_FILE).write_text(str(iteration))
+        publish(save_dir, iteration)
     collectives.barrier()
+    return iteration_dir(save_dir, iteration)
 
 
 class PendingSave:
@@ -198,14 +193,15 @@ class PendingSave:
 
     def finalize(self) -> Path:
         """Wait for the write, then (collectively) megatron's metadata and the tracker file. Raises
-        on every rank when the write failed on any rank (the tracker then keeps the previous one)."""
+        on every rank when the write failed on any rank (the tracker and the previous checkpoint
+        are then untouched; the staging folder is removed by the next save of this iteration)."""
         self.thread.join()
         failed = collectives.device_tensor([int(self.error is not None)])
         if int(collectives.all_reduce(failed, "max")):
             raise RuntimeError(f"--async-save of {self.ckpt_dir} failed on a rank") from self.error
         for fn in self.request.finalize_fns:
             fn()
-        _write_tracker(self.save_dir, self.iteration)
+        _publish(self.save_dir, self.iteration)
         logger.info("async save of %s complete", self.ckpt_dir)
         return self.ckpt_dir
 
@@ -237,7 +233,8 @@ def load_torch_dist(model, ckpt_dir) -> dict:
             f"{ckpt_dir} is not a torch_dist checkpoint folder (no metadata.json); "
             "--input-dir must be <save>/iter_XXXXXXX"
         )
-    loaded = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
+    metadata = dist_checkpointing.load_content_metadata(str(ckpt_dir)) or {}  # the saved model layout
+    loaded = dist_checkpointing.load({"model": model.sharded_state_dict(metadata=dict(metadata))}, str(ckpt_dir))
     missing, unexpected = model.load_state_dict(loaded["model"], strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:

@@ -4,9 +4,8 @@ reference model checkpoint, and the Hugging Face export."""
 from __future__ import annotations
 
 import argparse
-import os
 
-from slime.utils.arguments.common import check_path_exists, positive_int, require
+from slime.utils.arguments.common import check_load, positive_int, require
 
 CKPT_FORMATS = ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")
 
@@ -15,8 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the checkpoint flags as one argument group."""
     group = parser.add_argument_group("checkpoint", "Loading and saving checkpoints.")
     group.add_argument("--load", type=str, default=None,
-                       help="Megatron checkpoint directory to resume from; without "
-                       "latest_checkpointed_iteration.txt the run starts from --ref-load (weights only).")
+                       help="Megatron checkpoint directory to resume from (a tracker file "
+                       "latest_checkpointed_iteration.txt and the folder it names). Equal to --save and "
+                       "holding no checkpoint yet (a first launch): the run starts from --ref-load, with a "
+                       "warning; any other folder without a complete checkpoint is an error.")
     group.add_argument("--save", type=str, default=None, help="Directory to save Megatron checkpoints to.")
     group.add_argument("--overwrite-run", action="store_true", default=False,
                        help="Start afresh in a run folder (--metrics-dir, --save) that already holds a run: the old "
@@ -51,20 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> list[str]:
-    """--ckpt-format must be torch_dist (the one format written and read); --ref-load must exist;
-    --load must exist unless --ref-load is given (then a missing --load is a first run that starts
-    from --ref-load, with a warning)."""
+    """--ckpt-format must be torch_dist (the one format written and read); `--load` and `--ref-load`
+    must each name a complete checkpoint (`common.check_load`), except slime's first launch: a
+    `--load` equal to `--save` that holds no checkpoint yet starts fresh, with a warning."""
     warnings: list[str] = []
     require(args.ckpt_format == "torch_dist",
             f"--ckpt-format {args.ckpt_format} is not implemented: checkpoints are Megatron torch_dist only")
-    if args.ref_load is not None:
-        check_path_exists(args, "--ref-load", args.ref_load, warnings)
-    if args.load is not None and args.ref_load is not None:
-        if not os.path.exists(args.load):
-            warnings.append(f"--load {args.load} does not exist yet: the actor starts from --ref-load "
-                            f"{args.ref_load}")
-    elif args.load is not None:
-        check_path_exists(args, "--load", args.load, warnings)
+    check_load(args, "--load", args.load, args.save, "the actor starts from --ref-load", warnings)
+    check_load(args, "--ref-load", args.ref_load, None, "", warnings)
     if args.save_interval is not None and args.save is None:
         warnings.append("--save-interval without --save: nothing is saved")
     return warnings

@@ -38,6 +38,30 @@ def check_path_exists(args: argparse.Namespace, flag: str, path: str, warnings: 
     raise ArgumentError(message)
 
 
+def check_load(args: argparse.Namespace, flag: str, path, save, fresh: str, warnings: list[str]) -> None:
+    """Check a checkpoint flag (`--load`, `--ref-load`, `--critic-load`) before start-up: `path`
+    must hold a complete checkpoint (`checkpoint_layout.load_problem`: the error names the flag,
+    the folder and what is missing), except slime's first launch (`path` is the `save` folder and
+    holds no checkpoint yet), which appends the warning "...: `fresh`". With ``--dry-run`` a
+    problem is a warning."""
+    from slime.utils.checkpoint_layout import first_launch, load_problem
+
+    if path is None:
+        return
+    if first_launch(path, save):
+        warnings.append(f"{flag} {path} is the save folder and holds no checkpoint yet (a first launch): {fresh}")
+        return
+    if not check_path_exists(args, flag, path, warnings):
+        return
+    problem = load_problem(flag, path, save)
+    if problem is None:
+        return
+    if getattr(args, "dry_run", False):
+        warnings.append(problem + " (ignored by --dry-run)")
+        return
+    raise ArgumentError(problem)
+
+
 def require(condition: bool, message: str) -> None:
     """Raise ArgumentError(message) unless ``condition`` holds."""
     if not condition:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from slime.utils.arguments.common import ArgumentError, positive_int, require
+from slime.utils.arguments.common import ArgumentError, check_load, positive_int, require
 
 CRITIC_FLAGS = ("critic_num_nodes", "critic_num_gpus_per_node", "critic_load", "critic_save", "critic_lr",
                 "critic_lr_warmup_iters")
@@ -25,8 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--critic-num-gpus-per-node", type=positive_int("--critic-num-gpus-per-node"), default=None,
                        help="GPUs (CPU ranks without GPUs) per node of the critic (None: --actor-num-gpus-per-node).")
     group.add_argument("--critic-load", type=str, default=None,
-                       help="Resume the critic from this torch_dist folder when it has a tracker file; "
-                       "otherwise the critic starts from --ref-load (the actor's weights, new value head).")
+                       help="Resume the critic from this torch_dist checkpoint folder. Equal to --critic-save "
+                       "and holding no checkpoint yet (a first launch): the critic starts from --ref-load (the "
+                       "actor's weights, new value head), with a warning; any other folder without a complete "
+                       "checkpoint is an error.")
     group.add_argument("--critic-save", type=str, default=None,
                        help="Save the critic here at the actor's --save-interval (None: not saved).")
     group.add_argument("--critic-lr", type=float, default=None, help="Critic peak learning rate (None: --lr).")
@@ -104,6 +106,8 @@ def validate(args: argparse.Namespace) -> list[str]:
         args.critic_lr = args.lr
     require(args.critic_lr is not None, "--advantage-estimator ppo needs --critic-lr (or --lr)")
     _check_layout(args)
+    check_load(args, "--critic-load", args.critic_load, args.critic_save,
+               "the critic starts from --ref-load (new value head)", warnings)
     if args.save and not args.critic_save:
         warnings.append("--save without --critic-save: the critic is not checkpointed (a resumed run starts "
                         "a fresh value head)")

@@ -65,3 +65,13 @@ def test_critic_flags_without_ppo_are_warned(base_argv):
 def test_save_without_critic_save_is_warned(ppo_argv, tmp_path):
     args = parse_args(ppo_argv + ["--save", str(tmp_path / "ckpt")])
     assert any("--critic-save" in w for w in args.warnings), args.warnings
+
+
+def test_critic_load_is_never_silently_ignored(ppo_argv, tmp_path):
+    hf = tmp_path / "hf_model"
+    (hf / "config.json").parent.mkdir()
+    (hf / "config.json").write_text("{}")
+    with pytest.raises(ArgumentError, match="--critic-load .*hf_model has no latest_checkpointed_iteration.txt"):
+        parse_args(ppo_argv + ["--critic-load", str(hf), "--critic-save", str(tmp_path / "c")])
+    first = parse_args(ppo_argv + ["--critic-load", str(tmp_path / "c"), "--critic-save", str(tmp_path / "c")])
+    assert any(w.startswith("--critic-load") and "first launch" in w for w in first.warnings)

@@ -138,11 +138,41 @@ def test_existing_prompt_slice_is_accepted(base_argv, tmp_path):
     assert parse_args(base_argv + ["--prompt-data", f"{data}@[0:1]"]).prompt_data == f"{data}@[0:1]"
 
 
-def test_load_missing_falls_back_to_ref_load(base_argv, tmp_path):
-    ref = tmp_path / "ref"
-    ref.mkdir()
-    args = parse_args(base_argv + ["--load", str(tmp_path / "new"), "--ref-load", str(ref)])
-    assert any("starts from --ref-load" in w for w in args.warnings)
+def _torch_dist(root):
+    """A folder with a tracker naming a complete torch_dist iteration folder (file names only)."""
+    (root / "iter_0000000").mkdir(parents=True)
+    for name in ("common.pt", ".metadata", "metadata.json"):
+        (root / "iter_0000000" / name).write_bytes(b"")
+    (root / "latest_checkpointed_iteration.txt").write_text("0")
+    return root
+
+
+def test_first_launch_load_equal_to_save_starts_fresh_with_one_warning(base_argv, tmp_path):
+    ref = _torch_dist(tmp_path / "ref")
+    run = str(tmp_path / "run") + "/"
+    args = parse_args(base_argv + ["--load", run, "--save", run, "--ref-load", str(ref)])
+    assert [w for w in args.warnings if w.startswith("--load")] == [
+        f"--load {run} is the save folder and holds no checkpoint yet (a first launch): the actor starts "
+        "from --ref-load"]
+
+
+def test_load_is_never_silently_ignored(base_argv, tmp_path):
+    ref = _torch_dist(tmp_path / "ref")
+    hf = tmp_path / "hf"
+    (hf / "config.json").write_text("{}")
+    half = tmp_path / "half"  # a save cut short before megatron wrote metadata.json
+    (half / "iter_0000005").mkdir(parents=True)
+    (half / "latest_checkpointed_iteration.txt").write_text("5")
+    cases = [
+        (["--load", str(tmp_path / "new"), "--ref-load", str(ref)], "--load .*new: no such file"),
+        (["--load", str(hf), "--ref-load", str(ref)], "--load .*hf has no latest_checkpointed_iteration.txt: a Hugging Face"),
+        (["--load", str(half), "--save", str(half)], "--load .*half iter_0000005 lacks common.pt"),
+        (["--ref-load", str(hf)], "--ref-load .*hf has no latest_checkpointed_iteration.txt"),
+    ]
+    for extra, want in cases:
+        with pytest.raises(ArgumentError, match=want):
+            parse_args(base_argv + extra)
+    assert parse_args(base_argv + ["--load", str(ref)]).load == str(ref)
 
 
 def test_load_debug_rollout_data_implies_train_only(base_argv):
