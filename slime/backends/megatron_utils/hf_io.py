@@ -8,6 +8,7 @@ config / tokenizer / generation config files from the original HF folder).
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Iterable
@@ -115,6 +116,27 @@ def _drop_fp8_quantization_config(config_path: Path) -> None:
         logger.info("%s: float weights, so the origin's fp8 quantization_config is dropped", config_path)
 
 
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def _declare_exported_mtp_layers(config_path: Path, names: Iterable[str]) -> None:
+    """Make config.json's ``num_nextn_predict_layers`` (the multi-token-prediction layers that follow
+    the ``num_hidden_layers`` decoder layers in DeepSeek-V3 / GLM-4.5 checkpoints) count the MTP
+    layers actually written: the trainer does not build them, and a config declaring layers that
+    are absent makes SGLang's NextN / EAGLE draft model load nothing for them."""
+    if not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text())
+    declared, layers = config.get("num_nextn_predict_layers"), config.get("num_hidden_layers")
+    if not declared or layers is None:
+        return
+    written = len({int(m.group(1)) for m in map(_LAYER.match, names) if m and int(m.group(1)) >= layers})
+    if written != declared:
+        config["num_nextn_predict_layers"] = written
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        logger.info("%s: num_nextn_predict_layers %s -> %d (the MTP layers written)", config_path, declared, written)
+
+
 def save_hf_checkpoint(
     named_tensors: Iterable,
     output_dir,
@@ -124,7 +146,9 @@ def save_hf_checkpoint(
     """Write ``(name, tensor)`` pairs as safetensors shards + index under ``output_dir``.
 
     Files in ``AUX_FILES`` present in ``origin_hf_dir`` are copied unchanged, except that an fp8
-    ``quantization_config`` is dropped from config.json when no tensor written is float8.
+    ``quantization_config`` is dropped from config.json when no tensor written is float8, and its
+    ``num_nextn_predict_layers`` counts the multi-token-prediction layers written (0 when, as from
+    the trainer, none are).
     Returns the output folder.
     """
     from safetensors.torch import save_file
@@ -149,5 +173,6 @@ def save_hf_checkpoint(
                 shutil.copyfile(src, out / aux)
         if not any(t.dtype == torch.float8_e4m3fn for shard in shards for t in shard.values()):
             _drop_fp8_quantization_config(out / "config.json")
+        _declare_exported_mtp_layers(out / "config.json", weight_map)
     logger.info("wrote %d tensors in %d file(s) to %s", len(weight_map), len(shards), out)
     return out
