@@ -1,8 +1,9 @@
 """Synchronous RL training: place -> rollout manager -> actor -> sync weights -> for each rollout:
 generate, train, save, sync weights, eval.
 
-`python train.py <flags> --dry-run` parses and validates every flag, prints the resolved plan
-(placement, parallel layout, batch arithmetic, memory), one `sglang command: ` line per engine
+`python train.py <flags> --dry-run` parses and validates every flag, builds megatron-core's config
+objects as the GPU run would, prints the resolved plan (placement, parallel layout, batch
+arithmetic, memory, the configs built), one `sglang command: ` line per engine
 process (the exact launch line, hosts and ports as placeholders) and exits without starting Ray.
 """
 
@@ -53,8 +54,9 @@ def main(argv=None, entry="train", loop=None) -> int:
     """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train).
 
     Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 2 an
-    invalid flag combination or a flag this machine cannot honor (one line naming the flags, as
-    argparse does; see `startup_refusals`), 130 interrupted
+    invalid flag combination, a flag this machine cannot honor (see `startup_refusals`) or values
+    megatron-core's configs refuse (see `check_megatron_configs`), one line naming the flags as
+    argparse does, 130 interrupted
     (Ctrl-C); other errors propagate with their traceback. In every case the loop's JobScope has
     stopped the processes the job started."""
     from slime.utils.arguments import ArgumentError, startup_refusals
@@ -69,10 +71,19 @@ def main(argv=None, entry="train", loop=None) -> int:
         print(f"{entry}.py: error: {refusal}", file=sys.stderr)
     if refusals:
         return 2
+    from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
+
+    try:  # megatron-core's own checks, before any process group (--dry-run: as the GPU run builds them)
+        configs = check_megatron_configs(args)
+    except ConfigRefused as e:
+        print(f"{entry}.py: error: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
         from slime.backends.sglang_utils.server_args import dry_run_commands
 
-        print(render_plan(build_plan(args)))
+        plan = build_plan(args)
+        plan.megatron_configs = configs
+        print(render_plan(plan))
         print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
         return 0
     from slime.ray.actor_group import TrainerRankError
