@@ -5,7 +5,8 @@
 functions the trainer ranks use (`slime.backends.megatron_utils.config`), so megatron-core's own
 ``__post_init__`` checks run for real on any machine, before Ray or a process group starts. The
 dry run builds them as the GPU run would (`Kernels.gpu_run`: CUDA, Transformer Engine, fusions
-on, the recipe's dtypes and optimizer flags); start-up builds them for the machine it runs on.
+on, the recipe's dtypes and optimizer flags; a ``--distributed-backend gloo`` recipe: the CPU run);
+start-up builds them for the machine it runs on when that has CUDA, else as the dry run does.
 
 A refusal from megatron-core becomes one `ConfigRefused` line that names our flags: every
 identifier in megatron's message that is a config field is mapped back to the flag that sets it
@@ -153,16 +154,19 @@ def _notes(rows: list[tuple[str, str]], kernels: Kernels, stand_in: bool) -> lis
 
 def check_megatron_configs(args: argparse.Namespace, kernels: Kernels | None = None) -> list[tuple[str, str]]:
     """Build the trainer's megatron-core configs (the critic's too with ``--advantage-estimator
-    ppo``) for ``kernels``; default: the machine the recipe is for with ``--dry-run`` (a GPU recipe:
-    `Kernels.gpu_run`, TE and fusions on), else this machine (start-up runs where the driver and the trainer ranks share a machine kind). Returns
-    (config, summary) rows for the plan, then notes on what the GPU run's values depend on.
+    ppo``) for ``kernels``. Default: at start-up on a CUDA machine, this machine (the job's driver
+    runs on a node of the kind its trainer ranks run on); with ``--dry-run``, or a driver without
+    CUDA, the machine the recipe is written for (`Kernels.of_recipe`: a GPU recipe gets
+    `Kernels.gpu_run`, TE and fusions on). Returns (config, summary) rows for the plan, then notes
+    on what the GPU run's values depend on.
 
     Raises `ConfigRefused` with one line naming the flags when megatron-core refuses a value."""
     from slime.utils.arguments import build_parser
     from slime.utils.arguments.critic import critic_view, uses_critic
 
     if kernels is None:
-        kernels = Kernels.of_recipe(args) if getattr(args, "dry_run", False) else Kernels.here()
+        here = Kernels.here()
+        kernels = here if here.cuda and not getattr(args, "dry_run", False) else Kernels.of_recipe(args)
     stand_in = kernels.transformer_engine and importlib.util.find_spec("transformer_engine") is None
     views = [("actor", args)] + ([("critic", critic_view(args))] if uses_critic(args) else [])
     try:

@@ -67,7 +67,8 @@ def test_dry_run_builds_for_the_gpu_and_start_up_for_this_machine():
 
 @pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="TE present")
 def test_start_up_without_transformer_engine_refuses_te_only_flags_naming_them():
-    args = parse_args(QWEN3_30B_A3B_MODEL_ARGS + TINY[TINY.index("--actor-num-gpus-per-node"):])
+    args = parse_args(QWEN3_30B_A3B_MODEL_ARGS + TINY[TINY.index("--actor-num-gpus-per-node"):]
+                      + ["--distributed-backend", "gloo"])  # a CPU run
     args.dry_run = False
     with pytest.raises(ConfigRefused, match="^--moe-permute-fusion: .*needs Transformer Engine"):
         check_megatron_configs(args)
