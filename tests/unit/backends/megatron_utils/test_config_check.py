@@ -72,3 +72,9 @@ def test_start_up_without_transformer_engine_refuses_te_only_flags_naming_them()
     args.dry_run = False
     with pytest.raises(ConfigRefused, match="^--moe-permute-fusion: .*needs Transformer Engine"):
         check_megatron_configs(args)
+
+
+def test_ppo_builds_the_critic_configs_too():
+    rows = dict(check_megatron_configs(parse_args(TINY + ["--advantage-estimator", "ppo", "--critic-num-gpus-per-node",
+                                                          "1", "--lr", "1e-5"])))
+    assert {"actor TransformerConfig", "critic TransformerConfig", "critic OptimizerConfig", "critic DDP config"} <= set(rows)
