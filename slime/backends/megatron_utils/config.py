@@ -199,12 +199,29 @@ class Kernels:
 
 
 # TransformerConfig fusion field -> (args dest, the flag that turns it off)
-_FUSION_FLAGS = {
+FUSION_FLAGS = {
     "masked_softmax_fusion": ("masked_softmax_fusion", "--no-masked-softmax-fusion"),
     "bias_activation_fusion": ("bias_swiglu_fusion", "--no-bias-swiglu-fusion"),
     "apply_rope_fusion": ("apply_rope_fusion", "--no-rope-fusion"),
     "gradient_accumulation_fusion": ("gradient_accumulation_fusion", "--no-gradient-accumulation-fusion"),
 }
+
+
+# Config fields set from a flag whose dest has another name (besides the copy tables above).
+_DERIVED_FIELDS = {
+    "gated_linear_unit": "swiglu", "activation_func": "swiglu", "num_moe_experts": "num_experts",
+    "params_dtype": "bf16", "pipeline_dtype": "bf16", "moe_flex_dispatcher_backend": "moe_enable_deepep",
+    "fp8": "fp8_format", "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+    "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad", "bucket_size": "ddp_bucket_size",
+    "average_in_collective": "ddp_average_in_collective",
+}
+
+
+def config_field_dests() -> dict[str, str]:
+    """megatron-core config field -> the args dest it is built from, where the names differ (for
+    naming our flags in megatron-core's messages); a field missing here has its dest's name."""
+    table = {dst: src for src, dst in {**_TRANSFORMER_FIELDS, **_MLA_FIELDS}.items() if src != dst}
+    return {**table, **_DERIVED_FIELDS, **{field: dest for field, (dest, _) in FUSION_FLAGS.items()}}
 
 
 def _fusion_fields(args: argparse.Namespace, kernels: Kernels | None = None) -> dict:
@@ -217,8 +234,8 @@ def _fusion_fields(args: argparse.Namespace, kernels: Kernels | None = None) -> 
     ``ColumnParallelLinear`` output layer raises at construction without it)."""
     kernels = kernels or Kernels.here()
     if not kernels.cuda:
-        return dict.fromkeys(_FUSION_FLAGS, False)
-    wanted = {name: getattr(args, dest, True) for name, (dest, _) in _FUSION_FLAGS.items()}
+        return dict.fromkeys(FUSION_FLAGS, False)
+    wanted = {name: getattr(args, dest, True) for name, (dest, _) in FUSION_FLAGS.items()}
     wanted["bias_activation_fusion"] = wanted["bias_activation_fusion"] and bool(getattr(args, "swiglu", False))
     wanted["apply_rope_fusion"] = (wanted["apply_rope_fusion"]
                                    and getattr(args, "position_embedding_type", "rope") == "rope")
@@ -230,7 +247,7 @@ def _fusion_fields(args: argparse.Namespace, kernels: Kernels | None = None) -> 
         out[name] = bool(on and present)
         if on and not present:
             logger.warning("%s: %s is not installed; turned off (pass %s to silence this)",
-                           name, package, _FUSION_FLAGS[name][1])
+                           name, package, FUSION_FLAGS[name][1])
     return out
 
 

@@ -27,24 +27,9 @@ from slime.backends.megatron_utils.config import Kernels
 # the GPU run's configs on a machine without TE (docs/gpu-guide.md installs a current 2.x release).
 GPU_TE_VERSION = "2.8.0"
 
-# Config fields set from a flag whose dest has another name (beyond config.py's copy tables).
-_DERIVED_FIELDS = {
-    "gated_linear_unit": "swiglu", "activation_func": "swiglu", "num_moe_experts": "num_experts",
-    "params_dtype": "bf16", "pipeline_dtype": "bf16", "moe_flex_dispatcher_backend": "moe_enable_deepep",
-    "fp8": "fp8_format", "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
-    "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad", "bucket_size": "ddp_bucket_size",
-    "average_in_collective": "ddp_average_in_collective",
-    **{field: dest for field, (dest, _) in cfg._FUSION_FLAGS.items()},
-}
-
 
 class ConfigRefused(ValueError):
     """megatron-core refused a config built from the flags; the message names the flags."""
-
-
-def _field_to_dest() -> dict[str, str]:
-    table = {dst: src for src, dst in {**cfg._TRANSFORMER_FIELDS, **cfg._MLA_FIELDS}.items()}
-    return {**table, **_DERIVED_FIELDS}
 
 
 def _flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -62,7 +47,7 @@ def flags_named_in(message: str, parser: argparse.ArgumentParser) -> list[str]:
     that we have, and config field names (``num_attention_heads``) mapped back to their flag."""
     flags_of = _flags_of(parser)
     known = set(flags_of.values())
-    field_dest = _field_to_dest()
+    field_dest = cfg.config_field_dests()
     found = []
     for token in re.findall(r"--[a-z0-9][a-z0-9-]*|[A-Za-z_][A-Za-z0-9_]*", message):
         if token.startswith("--"):
@@ -73,6 +58,9 @@ def flags_named_in(message: str, parser: argparse.ArgumentParser) -> list[str]:
         if flag and flag not in found:
             found.append(flag)
     return found
+
+
+_MISSING = object()
 
 
 def _placeholder_kernel(*_args, **_kwargs):
@@ -122,14 +110,12 @@ def transformer_engine_as_on_gpu(version: str = GPU_TE_VERSION):
                 setattr(module, name, value)
 
 
-_MISSING = object()
-
 
 def _build(args: argparse.Namespace, kernels: Kernels, role: str) -> list[tuple[str, str]]:
     transformer = cfg.transformer_config_from_args(args, kernels)
     optimizer = cfg.optimizer_config_from_args(args, kernels)
     ddp = cfg.ddp_config_from_args(args)
-    fusions = [name for name in cfg._FUSION_FLAGS if getattr(transformer, name)]
+    fusions = [name for name in cfg.FUSION_FLAGS if getattr(transformer, name)]
     return [
         (f"{role} {type(transformer).__name__}",
          f"{transformer.params_dtype}, fusions: {', '.join(fusions) or 'none'}"),
