@@ -150,6 +150,9 @@ def check_megatron_configs(args: argparse.Namespace, kernels: Kernels | None = N
     from slime.utils.arguments import build_parser
     from slime.utils.arguments.critic import critic_view, uses_critic
 
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        raise ConfigRefused("megatron-core is not installed: the trainer (and the dry run, which builds its "
+                            "config objects) needs it; pip install -e '.[megatron]'")
     if kernels is None:
         here = Kernels.here()
         kernels = here if here.cuda and not getattr(args, "dry_run", False) else Kernels.of_recipe(args)

@@ -78,3 +78,12 @@ def test_ppo_builds_the_critic_configs_too():
     rows = dict(check_megatron_configs(parse_args(TINY + ["--advantage-estimator", "ppo", "--critic-num-gpus-per-node",
                                                           "1", "--lr", "1e-5"])))
     assert {"actor TransformerConfig", "critic TransformerConfig", "critic OptimizerConfig", "critic DDP config"} <= set(rows)
+
+
+def test_without_megatron_core_the_check_says_how_to_install_it(monkeypatch):
+    import importlib.util as util
+
+    find_spec = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name.startswith("megatron") else find_spec(name, *a))
+    with pytest.raises(ConfigRefused, match=r"megatron-core is not installed: .*pip install -e '\.\[megatron\]'"):
+        check_megatron_configs(parse_args(TINY))
