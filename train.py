@@ -1,6 +1,8 @@
 """Synchronous RL training: place -> rollout manager -> actor -> sync weights -> for each rollout:
 generate, train, save, sync weights, eval.
 
+Before anything starts, the pre-flight (`slime.utils.preflight`, docs/preflight.md) checks every
+input in seconds and the run folders (`--metrics-dir`, `--save`) are locked for the job's life.
 `python train.py <flags> --dry-run` parses and validates every flag, builds megatron-core's config
 objects as the GPU run would, prints the resolved plan (placement, parallel layout, batch
 arithmetic, memory, the configs built), one `sglang command: ` line per engine
@@ -35,6 +37,7 @@ def train(args) -> None:
         for rollout_id in schedule.rollouts():
             data, rollout_metrics = rollout.generate(rollout_id)
             metrics |= rollout_metrics
+            log.begin(rollout_id, metrics)  # written on failure too, if the rollout does not finish
             metrics |= actor.onload_if_colocated(rollout)
             data = critic.add_values(data)
             if critic.actor_trains(rollout_id):  # not during --num-critic-only-steps
@@ -51,52 +54,92 @@ def train(args) -> None:
 
 
 def main(argv=None, entry="train", loop=None) -> int:
-    """Parse and validate; `--dry-run` prints the plan, otherwise run `loop` (default: train).
+    """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
+    (default: train) holding the run folders' locks (`slime.utils.run_folder`).
 
-    Returns the exit code: 0 done, 1 a trainer rank failed (logged with the rank and cause), 2 an
-    invalid flag combination, a flag this machine cannot honor (see `startup_refusals`) or values
-    megatron-core's configs refuse (see `check_megatron_configs`), one line naming the flags as
-    argparse does, 130 interrupted
-    (Ctrl-C); other errors propagate with their traceback. In every case the loop's JobScope has
+    Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
+    <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
+    flag this machine cannot honor (`startup_refusals`), a pre-flight finding
+    (`slime.utils.preflight`, one line each naming the flag, file and line), values megatron-core's
+    configs refuse (`check_megatron_configs`, one line naming the flags) or a run folder in use
+    or holding another run; 130 interrupted (Ctrl-C). In every case the loop's JobScope has
     stopped the processes the job started."""
     from slime.utils.arguments import ArgumentError, startup_refusals
+    from slime.utils.preflight import run_preflight
+    from slime.utils.run_folder import RunFolderError, RunLock, claim_run_folder, run_folders
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parse_args(argv, entry=entry)
     except ArgumentError as e:
-        print(f"{entry}.py: error: {e}", file=sys.stderr)
-        return 2
-    refusals = [] if args.dry_run else startup_refusals(args)
-    for refusal in refusals:  # GPU-only features without CUDA, configurations not implemented
-        print(f"{entry}.py: error: {refusal}", file=sys.stderr)
-    if refusals:
-        return 2
-    from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
-
-    try:  # megatron-core's own checks, before any process group (--dry-run: as the GPU run builds them)
-        configs = check_megatron_configs(args)
-    except ConfigRefused as e:
-        print(f"{entry}.py: error: {e}", file=sys.stderr)
-        return 2
+        return _refuse(entry, [str(e)])
+    except SystemExit as e:  # argparse printed its one line (or --help its text)
+        return e.code if isinstance(e.code, int) else 2
     if args.dry_run:
         from slime.backends.sglang_utils.server_args import dry_run_commands
 
+        if problems := [f.line() for f in run_preflight(args).errors]:
+            return _refuse(entry, problems)
+        configs, refused = _megatron_configs(args)
+        if refused:
+            return _refuse(entry, refused)
         plan = build_plan(args)
         plan.megatron_configs = configs
         print(render_plan(plan))
         print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
         return 0
-    from slime.ray.actor_group import TrainerRankError
-
     try:
-        (loop or train)(args)
-    except TrainerRankError as e:  # the cause is named; the ranks' tracebacks are in their logs
-        logging.getLogger(entry).error("job failed: %s", e)
-        return 1
+        with RunLock(run_folders(args), command=[f"{entry}.py", *argv]):
+            if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
+                return _refuse(entry, problems)
+            if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
+                return _refuse(entry, refusals)
+            if refused := _megatron_configs(args)[1]:  # megatron-core's own checks, before any process group
+                return _refuse(entry, refused)
+            claim_run_folder(args)
+            (loop or train)(args)
+    except RunFolderError as e:
+        return _refuse(entry, [str(e)])
     except KeyboardInterrupt:
         logging.getLogger(entry).error("job interrupted; every process it started was stopped")
         return 130
+    except Exception as e:
+        if args.traceback:
+            raise
+        return _job_failed(entry, e, args)
     return 0
+
+
+def _megatron_configs(args) -> tuple[list[tuple[str, str]], list[str]]:
+    """megatron-core's config objects, built as the run builds them (`--dry-run`: as on the GPU):
+    (plan rows, refusal lines naming the flags). Imports torch and megatron-core."""
+    from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
+
+    try:
+        return check_megatron_configs(args), []
+    except ConfigRefused as e:
+        return [], [str(e)]
+
+
+def _refuse(entry: str, lines: list[str]) -> int:
+    """A user mistake: one line each on stderr, exit code 2."""
+    for line in lines:
+        print(f"{entry}.py: error: {line}", file=sys.stderr)
+    return 2
+
+
+def _job_failed(entry: str, error: Exception, args) -> int:
+    """A failed job: one line naming the root cause (a trainer rank's error names its rank), the
+    traceback appended to <--metrics-dir>/error.log; exit code 1."""
+    from slime.ray.actor_group import TrainerRankError
+    from slime.utils.failure import one_line, save_traceback
+    from slime.utils.run_folder import metrics_dir
+
+    saved = save_traceback(error, metrics_dir(args))
+    cause = str(error) if isinstance(error, TrainerRankError) else one_line(error)
+    where = f" (traceback: {saved}; --traceback shows it here)" if saved else ""
+    logging.getLogger(entry).error("job failed: %s%s", cause, where)
+    return 1
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def train_async(args) -> None:
         for rollout_id in schedule.rollouts():
             data, rollout_metrics = ready or rollout.collect(pending)
             metrics |= rollout_metrics
+            log.begin(rollout_id, metrics)  # written on failure too, if the rollout does not finish
             pending = rollout.submit(rollout_id + 1) if rollout_id + 1 < schedule.num_rollout else None
             data = critic.add_values(data)
             if critic.actor_trains(rollout_id):  # not during --num-critic-only-steps

@@ -31,8 +31,11 @@
 # task and schedule (defaults for parity); DRY_RUN=1 only prints train.py's plan; FP8=1 serves a
 # block-FP8 copy of the tiny model (make_tiny_model.py --fp8) as --hf-checkpoint, as the FP8=1 GPU
 # recipes do (the trainer still starts from the float torch_dist). Extra arguments are appended to
-# train.py's flags. Re-running reuses the model, data and torch_dist checkpoint already built (and
-# starts training afresh unless --load is given).
+# train.py's flags. Re-running reuses the model, data and torch_dist checkpoint already built and
+# resumes the run in RUN_DIR from its last checkpoint (--load = --save, slime's convention; metrics
+# rows are appended to metrics.jsonl); pass --overwrite-run to start afresh in the same folder (the
+# old metrics.jsonl is kept beside it), or give another SLIME_RUN_DIR. While a run uses RUN_DIR, a
+# second launch with the same folder is refused (docs/preflight.md).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
@@ -92,10 +95,17 @@ if [ "${DRY_RUN}" != "1" ] && [ ! -f "${RUN_DIR}/torch_dist/latest_checkpointed_
       --hf-checkpoint "${RUN_DIR}/hf" --save "${RUN_DIR}/torch_dist"
 fi
 
+# Re-running resumes (--load = --save) unless --overwrite-run is among the extra arguments.
+LOAD_ARGS=(--load "${RUN_DIR}/ckpt")
+for arg in "$@"; do
+   [ "${arg}" = "--overwrite-run" ] && LOAD_ARGS=()
+done
+
 CKPT_ARGS=(
    --hf-checkpoint "${HF_CHECKPOINT}"
    --ref-load "${RUN_DIR}/torch_dist"
    --save "${RUN_DIR}/ckpt"
+   "${LOAD_ARGS[@]}"
    --save-hf "${RUN_DIR}/hf_final"
    # halfway and at the end
    --save-interval "$(( (NUM_ROLLOUT + 1) / 2 ))"

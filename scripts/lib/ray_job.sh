@@ -9,6 +9,21 @@
 # Secrets (WANDB_API_KEY) are never put in the runtime env or on a command line, which Ray records
 # and ps shows: the job's driver inherits the environment of the Ray head (`ray start` below), so
 # export them before this runs; a Ray already running must have been started with them.
+# The Ray head started here: dashboard on 127.0.0.1 (the job is submitted through it), no
+# Prometheus exporter (RAY_enable_metrics_collection=0: it would listen on every interface without
+# authentication; the job reads no Ray metrics), and its token file readable by its owner only
+# (Ray writes ~/.ray/auth_token 0644; whoever reads it joins the cluster). See docs/security.md.
+
+# Ray's token file: created 0600 when absent (Ray's format: 64 hex characters), else made 0600.
+private_ray_token() {
+   local token="${RAY_AUTH_TOKEN_PATH:-${HOME}/.ray/auth_token}"
+   if [ ! -e "${token}" ]; then
+      (umask 077 && mkdir -p "$(dirname "${token}")" \
+         && "${PYTHON}" -c 'import secrets; print(secrets.token_hex(32), end="")' > "${token}")
+   fi
+   chmod go-rwx "${token}"
+}
+
 run_train_job() {
    local entry="$1"
    shift
@@ -25,9 +40,14 @@ run_train_job() {
    RAY_STARTED=0
    trap '[ "${RAY_STARTED}" = "1" ] && ray stop' EXIT
    if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
-      ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" --num-gpus 8 --disable-usage-stats
+      private_ray_token
+      RAY_enable_metrics_collection=0 ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" \
+         --dashboard-host 127.0.0.1 --num-gpus 8 --disable-usage-stats
       RAY_STARTED=1
-   elif [ -n "${WANDB_API_KEY:-}" ]; then
+   elif [ -e "${RAY_AUTH_TOKEN_PATH:-${HOME}/.ray/auth_token}" ]; then
+      private_ray_token
+   fi
+   if [ "${RAY_STARTED}" = "0" ] && [ -n "${WANDB_API_KEY:-}" ]; then
       echo "[ray_job] Ray already runs: the job sees WANDB_API_KEY only if that Ray was started with it" >&2
    fi
 

@@ -34,7 +34,8 @@ MODEL_ARGS=(
    --moe-router-enable-expert-bias
    # the released bias is kept as is during RL (trainer and engine route alike)
    --moe-router-bias-update-rate 0
-   --moe-router-topk-scaling-factor 2.5
+   # GLM-4.5-Air's released routed_scaling_factor is 1.0 (GLM-4.5's is 2.5)
+   --moe-router-topk-scaling-factor 1.0
    --moe-router-load-balancing-type seq_aux_loss
    --moe-aux-loss-coeff 0
    --moe-token-dispatcher-type alltoall

@@ -2,15 +2,26 @@
 
 Owns `bind_host` (loopback when the Ray cluster is one node: nothing outside it needs to reach the
 engines or the router), `job_weight_dirs` (the folders `/update_weights_from_disk` may load from)
-and `trainer_hosts` (the addresses a weight-update rendezvous may point at). The key itself is
-`slime.utils.security`'s; see docs/security.md for the whole picture.
+`trainer_hosts` (the addresses a weight-update rendezvous may point at), and Ray's own exposure:
+`private_ray_token` (Ray's cluster token file readable by its owner only) and `LOCAL_RAY_ENV`
+(what a job-local Ray is started without). The key itself is `slime.utils.security`'s; see
+docs/security.md for the whole picture.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import stat
+from pathlib import Path
+
 import ray
 
 LOOPBACK = "127.0.0.1"
+# A job-local Ray without its Prometheus exporter (the dashboard agent serves it on every interface,
+# unauthenticated; the job reads no Ray metrics). Ray's dashboard is off too (`include_dashboard`).
+LOCAL_RAY_ENV = {"RAY_enable_metrics_collection": "0"}
+RAY_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 # Flags naming the job's own folders (weights in, checkpoints out, metrics and logs).
 WEIGHT_DIR_FLAGS = ("hf_checkpoint", "load", "save", "save_hf", "ref_load", "metrics_dir")
 
@@ -39,3 +50,30 @@ def trainer_hosts(placement, actor_bundles) -> tuple[str, ...]:
     if single_node() or not hosts:
         hosts.add(LOOPBACK)
     return tuple(sorted(hosts))
+
+
+def ray_token_path() -> Path:
+    """Where Ray reads its cluster token: `$RAY_AUTH_TOKEN_PATH`, else `~/.ray/auth_token`."""
+    return Path(os.environ.get(RAY_TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+
+
+def private_ray_token(create: bool) -> Path:
+    """Make Ray's token file readable by its owner only (Ray 2.60 writes it 0644, and whoever reads
+    it can join the cluster and read the job's key from a worker's environment): take group and
+    other permissions off a file of ours; when absent and `create` (a job-local Ray, which would
+    generate one unless `RAY_AUTH_MODE=disabled`), create it 0600 with a fresh token as Ray would (`secrets.token_hex(32)`).
+    Returns its path."""
+    path = ray_token_path()
+    if not path.exists() and (not create or os.environ.get("RAY_AUTH_MODE") == "disabled"):
+        return path  # a cluster's token is never made up; without token auth Ray reads none
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        info = path.stat()
+        if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            path.chmod(stat.S_IMODE(info.st_mode) & 0o700)
+        return path
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+    return path

@@ -15,7 +15,9 @@ import os
 
 import ray
 
+from slime.ray.access import bind_host
 from slime.ray.placement import JobPlacement
+from slime.utils.misc import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -85,13 +87,11 @@ class TrainActor:
         self.trainer = None
 
     def node_address(self) -> tuple[str, int]:
-        """This actor's node IP and a free port on it (rank 0's become the rendezvous)."""
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        """The address the job's servers bind on this node (`slime.ray.access.bind_host`: loopback
+        on a one-node cluster, else the node's IP) and a free port on it; rank 0's become the
+        training group's rendezvous, whose store listens on that address only."""
+        host = bind_host()
+        return host, free_port(host)
 
     def init(self, args, master_addr: str, master_port: int) -> int:
         """Start torch.distributed and megatron, build the trainer, load weights; returns the

@@ -12,7 +12,7 @@ share of its first bundle's GPU only, with Ray's NOSET visible-devices variables
 `--base-gpu-id` = the index of the engine's first GPU among them (`base_gpu_id`, from the
 placement's bundle -> GPU mapping). An engine spanning several nodes (`engine_nodes`) starts one
 SGLang process per node: its actor (node rank 0) creates a follower `RolloutEngine` on the first
-bundle of each other node, picks `--dist-init-addr` (its host and a free port) and starts them
+bundle of each other node, picks `--dist-init-addr` (its host and a block of free ports) and starts them
 with `--nnodes` / `--node-rank`; only node rank 0 serves HTTP.
 
 `ENGINE_KINDS` maps "local" / "sglang" to how a server of that kind is launched; `resolve_engine_kind`
@@ -36,7 +36,7 @@ from slime.backends.local_engine.launcher import launch_local_engine, stop_local
 from slime.ray.access import bind_host, job_weight_dirs, trainer_hosts
 from slime.ray.placement import JobPlacement, PlacementPlan
 from slime.utils.engine_client import SyncEngineClient
-from slime.utils.misc import free_port
+from slime.utils.misc import free_port, free_port_block
 
 logger = logging.getLogger(__name__)
 
@@ -194,12 +194,16 @@ class RolloutEngine:
         """Start the server on a free port of this node (never `avoid_port`: a restarted engine
         gets a new URL, so the weight sender sees it changed and rebuilds its group); returns
         its base URL once healthy. Node rank 0 of a multi-node engine first picks
-        `dist_init_addr` (its host, a free port) and starts its followers with it."""
+        `dist_init_addr` (its host and the first of `dist_init_port_count` consecutive free ports,
+        not the HTTP one) and starts its followers with it."""
         port = free_port(self.host)
         while port == avoid_port:
             port = free_port(self.host)
-        if self.followers:
-            dist_init_addr = f"{self.host}:{free_port(self.host)}"
+        if self.followers:  # SGLang derives its ZMQ ports from this one: a whole free block
+            from slime.backends.sglang_utils.server_args import dist_init_port_count
+
+            base = free_port_block(self.host, dist_init_port_count(self.args), exclude=(port,))
+            dist_init_addr = f"{self.host}:{base}"
             ray.get([f.start.remote(dist_init_addr=dist_init_addr) for f in self.followers])
         extra = {"node": self.node, "dist_init_addr": dist_init_addr} if self.node is not None else {}
         extra["group_hosts"] = self.group_hosts

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import ray
 
+from slime.ray.access import LOCAL_RAY_ENV, private_ray_token
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
+from slime.utils.failure import root_cause
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
 
 logger = logging.getLogger(__name__)
@@ -50,16 +52,20 @@ def start_ray(args) -> str | None:
     processes they start), or None when Ray was already initialised in this process. The job's
     API key (`$SLIME_API_KEY`, see `slime.utils.security.ensure_job_api_key`) travels the same
     way: a local Ray's workers inherit this process's environment; on a cluster both go in the
-    job's runtime env (which Ray records: see docs/security.md)."""
+    job's runtime env (which Ray records: see docs/security.md). Ray's token file is made
+    readable by its owner only, and a local Ray runs without dashboard and metrics exporter
+    (`slime.ray.access`)."""
     if ray.is_initialized():
         return None
     token = os.environ[JOB_TOKEN_ENV] = uuid.uuid4().hex
     key = ensure_job_api_key(getattr(args, "sglang_api_key", None))
+    private_ray_token(create=not os.environ.get("RAY_ADDRESS"))
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
                  runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
         return token
     plan = PlacementPlan.from_args(args)
+    os.environ.update(LOCAL_RAY_ENV)
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
     return token
 
@@ -129,8 +135,8 @@ class JobScope:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            logger.error("job stopping after %s: %s", exc_type.__name__, exc or "")
+        if exc_type is not None:  # the cause itself is reported once, by the entry point (one line, root cause)
+            logger.error("job stopping after %s", type(root_cause(exc)).__name__ if exc is not None else exc_type.__name__)
         try:
             for stop in reversed(self._stoppers):
                 try:

@@ -22,6 +22,14 @@ Error bound: e4m3 has 3 mantissa bits, so round-to-nearest moves a normal value 
 of itself; values below e4m3's smallest normal (2^-6, i.e. |w| < 2^-6 * s) by at most half the
 subnormal step, 2^-10 * s = 2^-10 * amax / 448. Per element |dq(q(w)) - w| <= 2^-4 |w| + 2^-10 s.
 
+UE8M0 scales (`Fp8Config.ue8m0`): SGLang with DeepGEMM on Blackwell (sm100 / sm120, SGLang's
+`deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0`) requantises every loaded block scale to a power of two
+(`should_deepgemm_weight_requant_ue8m0`, in both 0.5.23 and 0.5.15.post1), and checkpoints made
+for it declare `quantization_config.scale_fmt: "ue8m0"`. There the scale is rounded up to the next
+power of two before quantising (s = 2^ceil(log2(amax / 448)), so |w| / s still fits e4m3): the
+engine's requantisation is then exact and the engine serves what the trainer quantised.
+`engine_wants_ue8m0` says whether this device is such a GPU.
+
 gloo cannot broadcast float8 tensors ("Invalid scalar type", seen with torch 2.13): `wire_view`
 gives the same bytes as uint8 for gloo groups. Request metadata keeps the real dtype
 (`float8_e4m3fn`), which is what SGLang allocates its receive buffers with.
@@ -46,6 +54,7 @@ class Fp8Config:
 
     block_size: tuple[int, int]
     ignored: tuple[str, ...] = ()
+    ue8m0: bool = False  # scales rounded up to powers of two (see the module docstring)
 
     def is_fp8(self, name: str) -> bool:
         """True when HF weight `name` is stored as float8 (+ `name`_scale_inv) in such a checkpoint."""
@@ -79,7 +88,21 @@ def fp8_config_from_hf(hf_config: dict) -> Fp8Config | None:
         raise ValueError(f"quantization_config: fp8 fmt {quant.get('fmt')!r} is not supported (e4m3 only)")
     ignored = list(quant.get("ignored_layers") or []) + list(quant.get("modules_to_not_convert") or [])
     names = [v for item in ignored for v in (item.removeprefix("model."), "model." + item.removeprefix("model."))]
-    return Fp8Config(block_size=(block[0], block[1]), ignored=tuple(names))
+    return Fp8Config(block_size=(block[0], block[1]), ignored=tuple(names), ue8m0=quant.get("scale_fmt") == "ue8m0")
+
+
+def engine_wants_ue8m0(config: Fp8Config, env: dict | None = None) -> bool:
+    """True when an SGLang engine on this kind of GPU requantises `config`'s scales to UE8M0: a
+    Blackwell device (compute capability 10.x or 12.x), DeepGEMM not switched off
+    (SGLANG_ENABLE_JIT_DEEPGEMM), 128x128 blocks (the only ones DeepGEMM takes)."""
+    import os
+
+    env = os.environ if env is None else env
+    if not torch.cuda.is_available() or tuple(config.block_size) != (128, 128):
+        return False
+    if str(env.get("SGLANG_ENABLE_JIT_DEEPGEMM", "true")).lower() in ("0", "false", "no", "off"):
+        return False
+    return torch.cuda.get_device_capability()[0] in (10, 12)
 
 
 def scale_shape(shape, block_size) -> tuple[int, int]:
@@ -87,10 +110,11 @@ def scale_shape(shape, block_size) -> tuple[int, int]:
     return math.ceil(shape[0] / block_size[0]), math.ceil(shape[1] / block_size[1])
 
 
-def quantize_block(weight: torch.Tensor, block_size) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_block(weight: torch.Tensor, block_size, ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] float weight -> (float8_e4m3fn [N, K], float32 scale_inv [ceil(N/bn), ceil(K/bk)]).
 
-    Runs on the weight's device; the math is in float32."""
+    With `ue8m0` every scale is rounded up to a power of two. Runs on the weight's device; the
+    math is in float32."""
     if weight.dim() != 2:
         raise ValueError(f"block FP8 quantises 2-D weights, got shape {tuple(weight.shape)}")
     (n, k), (bn, bk) = weight.shape, block_size
@@ -100,6 +124,8 @@ def quantize_block(weight: torch.Tensor, block_size) -> tuple[torch.Tensor, torc
     blocks = padded.view(rows, bn, cols, bk)
     amax = blocks.abs().amax(dim=(1, 3))
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    if ue8m0:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
     q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q.view(rows * bn, cols * bk)[:n, :k].contiguous(), scale
 
@@ -121,7 +147,7 @@ def quantize_named(named: Iterable[tuple[str, torch.Tensor]], config: Fp8Config)
     out = []
     for name, tensor in named:
         if config.is_fp8(name) and tensor.dim() == 2:
-            q, scale = quantize_block(tensor, config.block_size)
+            q, scale = quantize_block(tensor, config.block_size, config.ue8m0)
             out += [(name, q), (name + SCALE_SUFFIX, scale)]
         else:
             out.append((name, tensor))

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from slime.utils.run_folder import DEFAULT_METRICS_DIR
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,26 +57,45 @@ def _clean(metrics: dict) -> dict[str, float]:
 
 
 class JsonlSink:
-    """Appends one JSON object per `log` call: {"rollout_id": step, **metrics}.
+    """Appends one JSON object per `log` call: {"rollout_id": step, **metrics}, flushed to disk
+    before `log` returns.
 
-    A run that starts at rollout `start` keeps the rows of earlier rollouts already in the file
-    (a resumed run continues its file) and drops later ones (a fresh run, or a resume from an
-    earlier checkpoint, does not mix with rows of the run it replaces)."""
+    The file is never truncated: a resumed run appends to it. When the run starts at rollout
+    `start` and the file already has rows from `start` on (the previous run went past its last
+    checkpoint), those rows stay and the new ones follow; readers keep the last row of a rollout
+    id (`tools/plot_metrics.py` does)."""
 
     def __init__(self, path: Path, start: int = 0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("rollout_id", 0) < start]
-            self.path.write_text("".join(line + "\n" for line in kept))
+        replaced = _rows_from(self.path, start)
+        if replaced:
+            logger.warning("%s: %d row(s) from rollout %d on were written by an earlier run; the resumed run's "
+                           "rows follow them (the last row of a rollout id is the current one)",
+                           self.path, replaced, start)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps({"rollout_id": step, **metrics}, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def close(self) -> None:
         pass
+
+
+def _rows_from(path: Path, start: int) -> int:
+    """Rows of the metrics file at `path` with rollout_id >= `start` (streamed; bad lines skipped)."""
+    if not path.is_file():
+        return 0
+    count = 0
+    with path.open() as f:
+        for line in f:
+            try:
+                count += json.loads(line).get("rollout_id", 0) >= start
+            except (json.JSONDecodeError, AttributeError):
+                continue
+    return count
 
 
 class ConsoleSink:
@@ -165,9 +186,13 @@ class TensorboardSink:
 
 
 class MetricsLogger:
-    """Fans one metrics dict out to every configured sink. JSONL is always on."""
+    """Fans one metrics dict out to every configured sink. JSONL is always on.
 
-    def __init__(self, cfg: SinkConfig, default_dir: str | Path = "runs/latest", total: int | None = None,
+    `begin(step, metrics)` names the dict the loop fills for rollout `step`; if the job fails
+    before `log(step, ...)` writes it, `close()` writes what it holds, so the metrics of the
+    rollout that was running when something failed (a save, a weight sync) are not lost."""
+
+    def __init__(self, cfg: SinkConfig, default_dir: str | Path = DEFAULT_METRICS_DIR, total: int | None = None,
                  start: int = 0):
         root = Path(cfg.metrics_dir or default_dir)
         self.jsonl_path = root / "metrics.jsonl"
@@ -176,13 +201,25 @@ class MetricsLogger:
             self.sinks.append(WandbSink(cfg))
         if cfg.use_tensorboard:
             self.sinks.append(TensorboardSink(cfg, root))
+        self._pending: tuple[int, dict] | None = None
         logger.info("metrics go to %s (%s)", self.jsonl_path, ", ".join(type(s).__name__ for s in self.sinks))
 
+    def begin(self, step: int, metrics: dict) -> None:
+        """Rollout `step`'s row is `metrics` (filled in place by the loop) until `log(step, ...)`."""
+        self._pending = (step, metrics)
+
     def log(self, step: int, metrics: dict) -> None:
+        if self._pending is not None and self._pending[0] == step:
+            self._pending = None
         clean = _clean(metrics)
         for sink in self.sinks:
             sink.log(step, clean)
 
     def close(self) -> None:
+        """Write a row begun and not logged (the job failed within its rollout), then close the sinks."""
+        if self._pending is not None and self._pending[1]:
+            step, metrics = self._pending
+            logger.warning("writing the metrics of rollout %d, which did not finish", step)
+            self.log(step, metrics)
         for sink in self.sinks:
             sink.close()

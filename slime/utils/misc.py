@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 def _split_path(path: str) -> tuple[str, str]:
@@ -98,6 +99,28 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_port_block(host: str, count: int, exclude: Iterable[int] = (), attempts: int = 100) -> int:
+    """First port of `count` consecutive TCP ports that were all free on `host` a moment ago and
+    include none of `exclude` (e.g. a port just picked for something else). Raises RuntimeError
+    after `attempts` tries."""
+    import socket
+
+    avoid = set(exclude)
+    for _ in range(attempts):
+        base = free_port(host)
+        if base + count > 65536 or avoid & set(range(base, base + count)):
+            continue
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind((host, port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError(f"found no {count} consecutive free ports on {host} in {attempts} tries")
 
 
 def filter_kwargs_for(fn: Callable, kwargs: dict) -> dict:

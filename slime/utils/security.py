@@ -3,13 +3,15 @@
 Owns `API_KEY_ENV` (the environment variable every process of a job reads the key from),
 `ensure_job_api_key` / `job_api_key`, `auth_headers`, `bearer_matches` (SGLang's check: the
 `Authorization: Bearer <key>` header, compared in constant time), `redact_argv` (secret flag
-values of a command line replaced before it is logged) and `path_within` (a folder allow-list).
+values of a command line replaced before it is logged), `secret_flags_in` and `path_within` (a folder allow-list).
 
 One key per job: `ensure_job_api_key` keeps a key already in `$SLIME_API_KEY` (so an external
 router can be started with it), else takes `--sglang-api-key`, else generates one with
 `secrets.token_hex(32)` (never starting with '-', which a command line would read as a flag).
 Engines, the router and every client of the job use the same key; it is handed to processes by
-environment, never written to disk by us.
+environment, never on a command line (readable by every local user) and never written to disk by
+us: SGLang and sglang-router read it only from `--api-key`, so they are started through launchers
+of ours that take it from `$SLIME_API_KEY` (`slime.backends.sglang_utils.sglang_main`, `router_main`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def redact_argv(argv: list[str]) -> list[str]:
             out.append(word)
         hide_next = not hide_next and word in SECRET_FLAGS
     return out
+
+
+def secret_flags_in(argv: list[str]) -> list[str]:
+    """The `SECRET_FLAGS` present in `argv` (`--flag VALUE` or `--flag=VALUE`), in order: a launcher
+    of ours refuses them, since a command line is readable by every local user."""
+    return [w.partition("=")[0] for w in map(str, argv) if w.partition("=")[0] in SECRET_FLAGS]
 
 
 def path_within(path: str | os.PathLike, roots) -> bool:

@@ -25,13 +25,18 @@ import torch
 import torch.distributed as dist
 
 from slime.utils.fp8 import wire_view
+from slime.utils.rendezvous import is_loopback, loopback_gloo_device, store_for_group
 
 
-def _gloo(store, rank: int, size: int, timeout: datetime.timedelta):
-    return dist.ProcessGroupGloo(store, rank, size, timeout)
+def _gloo(store, rank: int, size: int, timeout: datetime.timedelta, loopback: bool):
+    if not loopback:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    options = dist.ProcessGroupGloo._Options()  # gloo listening on 127.0.0.1, not the host name's address
+    options._timeout, options._devices = timeout, [loopback_gloo_device()]
+    return dist.ProcessGroupGloo(store, rank, size, options)
 
 
-def _nccl(store, rank: int, size: int, timeout: datetime.timedelta):
+def _nccl(store, rank: int, size: int, timeout: datetime.timedelta, loopback: bool):
     options = dist.ProcessGroupNCCL.Options()  # what torch's group helper passes by default
     options.is_high_priority_stream = False
     options._timeout = timeout
@@ -74,14 +79,16 @@ def init_weight_update_group(master_address: str, master_port: int, rank: int, w
 
     Every rank must call this concurrently (rank 0 serves the TCPStore at master_port). The keys
     match SGLang's `init_custom_process_group(backend, init_method="tcp://...", world_size, rank,
-    group_name)`, so an SGLang engine and this function form one group.
+    group_name)`, so an SGLang engine and this function form one group. Rank 0 serves the store
+    on `master_address` only (`slime.utils.rendezvous.store_for_group`), and gloo listens on
+    loopback when that address is loopback.
     """
     if backend not in _BACKENDS:
         raise ValueError(f"weight update backend {backend!r} is not supported; use one of {sorted(_BACKENDS)}")
     device, make = _BACKENDS[backend]
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(master_address, int(master_port), world_size, rank == 0, timeout=timeout)
+    store = store_for_group(master_address, master_port, world_size, rank == 0, timeout)
     sglang_prefixed = dist.PrefixStore(group_name, store)  # init_custom_process_group's own prefix
     prefixed = dist.PrefixStore(f"{device}/", dist.PrefixStore(f"{group_name}/", sglang_prefixed))
-    pg = make(prefixed, rank, world_size, timeout)
+    pg = make(prefixed, rank, world_size, timeout, is_loopback(master_address))
     return WeightUpdateGroup(group_name, rank, world_size, device, pg, store)

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.distributed
 BUCKET_BYTES = 40_000  # a few tiny-model tensors per bucket (the embedding alone is 32 KiB)
 
 
-def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, out: str):
+def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, out: str,
+                   bucket_bytes: int = BUCKET_BYTES):
     from safetensors.torch import save_file
 
     from slime.backends.megatron_utils.hf_io import read_hf_config
@@ -24,22 +25,22 @@ def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, o
     from slime.backends.megatron_utils.weight_export import is_weight_sender, iter_hf_buckets
 
     args, trainer = build_trainer(hf_dir, world, extra, rank, port)
-    buckets = list(iter_hf_buckets(trainer.model, read_hf_config(hf_dir), args, BUCKET_BYTES))
+    buckets = list(iter_hf_buckets(trainer.model, read_hf_config(hf_dir), args, bucket_bytes))
     if is_weight_sender():
         named = {name: t for bucket in buckets for name, t in bucket}
         assert len(named) == sum(len(b) for b in buckets), "a tensor name was sent twice by one rank"
         save_file(named, str(Path(out) / f"rank{rank}.safetensors"))
-        sizes = [[t.numel() * t.element_size() for _, t in b] for b in buckets]
+        sizes = [[[name, t.numel() * t.element_size()] for name, t in b] for b in buckets]
         (Path(out) / f"rank{rank}.json").write_text(json.dumps(sizes))
     destroy_parallel()
 
 
-def exported(hf_dir, world: int, extra: list, out: Path) -> tuple[dict, list]:
-    """(name -> tensor over all sending ranks, bucket byte sizes of every sender)."""
+def exported(hf_dir, world: int, extra: list, out: Path, bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, list]:
+    """(name -> tensor over all sending ranks, every sender's buckets as lists of [name, bytes])."""
     from safetensors.torch import load_file
 
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_export_worker, args=(world, free_port(), str(hf_dir), extra, str(out)), nprocs=world, join=True)
+    mp.spawn(_export_worker, args=(world, free_port(), str(hf_dir), extra, str(out), bucket_bytes), nprocs=world, join=True)
     union, sizes = {}, []
     for path in sorted(out.glob("rank*.safetensors")):
         part = load_file(str(path))
@@ -79,7 +80,24 @@ def test_union_of_senders_is_the_hf_checkpoint(layout, tiny_moe_hf, tiny_dense_h
     assert len(list((tmp_path / "out").glob("rank*.json"))) == expected_senders
     assert any(len(b) > 1 for b in sizes), "bucketing never grouped tensors"
     for bucket in sizes:
-        assert len(bucket) == 1 or sum(bucket) <= BUCKET_BYTES, f"bucket of {sum(bucket)} bytes"
+        total = sum(nbytes for _, nbytes in bucket)
+        assert len(bucket) == 1 or total <= BUCKET_BYTES, f"bucket of {total} bytes"
+
+
+def test_mla_halves_share_a_bucket(tiny_deepseek_v3_hf, tmp_path):
+    """SGLang fuses q_a_proj with kv_a_proj_with_mqa only when both arrive in one load_weights call
+    (it drops a lone half silently): with buckets too small for any two tensors, each layer's
+    halves still travel together, and nothing else is grouped."""
+    union, buckets = exported(tiny_deepseek_v3_hf, 1, [], tmp_path / "out", bucket_bytes=1)
+    assert_equals_checkpoint(union, tiny_deepseek_v3_hf)
+    names = [[name for name, _ in bucket] for bucket in buckets]
+    halves = [n for n in union if "q_a_proj." in n or "kv_a_proj_with_mqa." in n]
+    assert halves, "the tiny DeepSeek-V3 has no MLA down projections"
+    for name in halves:
+        (bucket,) = [b for b in names if name in b]
+        assert sorted(bucket) == sorted([name.replace("kv_a_proj_with_mqa.", "q_a_proj."),
+                                         name.replace("q_a_proj.", "kv_a_proj_with_mqa.")]), bucket
+    assert all(len(b) == 1 for b in names if not set(b) & set(halves))
 
 
 def test_bucket_by_bytes_limits_and_order():
@@ -90,3 +108,17 @@ def test_bucket_by_bytes_limits_and_order():
     assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3", "t4", "t5"]]
     with pytest.raises(ValueError, match="update-weight-buffer-size"):
         list(bucket_by_bytes(named, 0))
+
+
+def test_bucket_by_bytes_keeps_fused_sets_together_and_refuses_a_lone_half():
+    from slime.backends.megatron_utils.weight_export import bucket_by_bytes
+    from slime.utils.fused_weights import fused_groups
+
+    groups = fused_groups({"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": 8})
+    assert fused_groups({"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": None}) == ()
+    q, kv = "model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"
+    named = [("a", torch.zeros(2)), (q, torch.zeros(2)), ("b", torch.zeros(2)), (kv, torch.zeros(2))]
+    buckets = [[n for n, _ in b] for b in bucket_by_bytes(named, 16, groups)]
+    assert buckets == [["a", "b"], [q, kv]]
+    with pytest.raises(ValueError, match="kv_a_proj_with_mqa"):
+        list(bucket_by_bytes(named[:3], 16, groups))

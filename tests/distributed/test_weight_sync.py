@@ -6,7 +6,7 @@ engines generate what transformers generates with the new weights (greedy ids eq
 within 1e-5) and report the new version; the same weights through different paths give
 bit-identical engine log-probs. A 2-rank EP=2 Megatron trainer syncs its trained weights with
 `MegatronTrainer.update_weights` and --check-weight-update-equal passes, and fails once the
-trainer moves on without syncing.
+trainer moves on without syncing; so does a PP=2 trainer (two senders under one lock).
 """
 
 import glob
@@ -175,18 +175,18 @@ def test_colocated_sender_gathers_per_engine(engines, tiny_moe_hf, tmp_path):
     assert_serves(engines[0], tmp_path / "new", "colo-b")  # entry 0 (rank 0's) was read
 
 
-def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, out: str):
+def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, out: str,
+                    layout: tuple = ("--expert-model-parallel-size", "2")):
     from slime.backends.megatron_utils.hf_io import read_hf_config, save_hf_checkpoint
     from slime.backends.megatron_utils.parallel import destroy_parallel
     from slime.backends.megatron_utils.update_weight.check import check_engines_match_trainer
     from slime.backends.megatron_utils.weight_export import is_weight_sender, iter_hf_named_tensors
 
-    args, trainer = build_trainer(hf_dir, world, ["--expert-model-parallel-size", "2",
-                                                  "--check-weight-update-equal"], rank, port)
+    args, trainer = build_trainer(hf_dir, world, [*layout, "--check-weight-update-equal"], rank, port)
     trainer.train(0, fixed_rollout_data())
     metrics = trainer.update_weights(urls, "trained-1")
     named = dict(iter_hf_named_tensors(trainer.model, read_hf_config(hf_dir), args))
-    if is_weight_sender():
+    if is_weight_sender() and args.pipeline_model_parallel_size == 1:
         save_hf_checkpoint(named.items(), Path(out) / "trained", origin_hf_dir=hf_dir)
     trainer.train(1, fixed_rollout_data())  # moves on without syncing: the check must now fail
     try:
@@ -206,3 +206,17 @@ def test_trainer_update_weights_with_check(engines, tiny_moe_hf, tmp_path):
     assert "--check-weight-update-equal" in result["stale"], result["stale"]
     for url in engines:
         assert_serves(url, tmp_path / "trained", "trained-1")
+
+
+def test_two_pipeline_stages_sync_two_engines(engines, tiny_moe_hf, tmp_path):
+    """PP=2 through `MegatronTrainer.update_weights`: each stage's sender has its own group with both
+    engines and takes the cluster-wide lock (on the trainer's store) around its transfers; the
+    engines then compute what the trainer computes (--check-weight-update-equal). The ordering the
+    lock guarantees is tested in tests/unit/.../test_weight_sync_lock.py (the local engine did not
+    deadlock here without it)."""
+    layout = ("--pipeline-model-parallel-size", "2")
+    mp.spawn(_trainer_worker, args=(2, free_port(), str(tiny_moe_hf), engines, str(tmp_path), layout),
+             nprocs=2, join=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["metrics"]["check/weight_update_max_abs_logprob_diff"] <= 1e-5
+    assert "--check-weight-update-equal" in result["stale"], result["stale"]

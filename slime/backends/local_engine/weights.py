@@ -10,6 +10,9 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
   flattened tensor bucket, or (name, tensor) pairs, pickled with torch's multiprocessing
   reductions, so CPU tensors arrive through shared memory and CUDA tensors as CUDA IPC handles);
   the engine decodes the entry of its own TP rank (0) with a restricted unpickler.
+As SGLang, the engine fuses MLA's `q_a_proj` and `kv_a_proj_with_mqa` (`slime.utils.fused_weights`)
+only from one update; where SGLang would silently drop a half that arrives without its partner,
+this engine refuses the update, naming both tensors (`check_fused_sets`).
 An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv) pairs by every
 source and dequantises them (`local_engine.fp8`); a float tensor for an FP8 weight is refused.
 Memory release and resume by tag live in `slime.backends.local_engine.memory` (`self.memory`);
@@ -27,6 +30,7 @@ import torch
 
 from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
+from slime.utils.fused_weights import fused_groups, lone_members
 from slime.utils.tensor_payload import decode_named_tensors, use_file_system_sharing
 from slime.utils.weight_transport import init_weight_update_group
 
@@ -67,6 +71,15 @@ def resolve_parameter(params: dict, name: str) -> torch.Tensor:
     raise RequestError(f"weight {name!r} is not a parameter of the served model")
 
 
+def check_fused_sets(names, groups) -> None:
+    """Raise `RequestError` naming each tensor that SGLang fuses with a partner absent from `names`."""
+    lone = lone_members(names, groups)
+    if lone:
+        detail = "; ".join(f"{name} without {', '.join(missing)}" for name, missing in lone)
+        raise RequestError(f"an update must carry every tensor SGLang fuses on load together "
+                           f"(SGLang would silently drop the lone half): {detail}")
+
+
 class WeightManager:
     """Applies weight updates to `model` and tracks the weight version."""
 
@@ -75,6 +88,8 @@ class WeightManager:
         self.fp8 = fp8  # `local_engine.fp8.Fp8Weights` when the served checkpoint is block FP8
         self.version = str(weight_version)
         self._groups: dict = {}
+        config = getattr(model, "config", None)
+        self.fused_groups = fused_groups(config.to_dict() if hasattr(config, "to_dict") else {})
         self.memory = EngineMemory(model, scheduler)
         use_file_system_sharing()  # CPU senders share by file name (see slime.utils.tensor_payload)
 
@@ -89,6 +104,8 @@ class WeightManager:
         """
         if self.memory.weights_released:
             raise RequestError("weights are released; call /resume_memory_occupation before updating them")
+        named = list(named)
+        check_fused_sets([name for name, _ in named], self.fused_groups)
         if self.fp8 is not None:  # (weight fp8, weight_scale_inv) pairs -> dequantised weights
             named = self.fp8.dequantize_named(named)
         params = loadable_tensors(self.model)
@@ -133,6 +150,10 @@ class WeightManager:
         """
         params = loadable_tensors(self.model)
         plan, error = [], None
+        try:
+            check_fused_sets(names, self.fused_groups)
+        except RequestError as exc:  # reported once the broadcasts were drained
+            error = exc
         for name, dtype, shape in zip(names, dtypes, shapes):
             torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
             if not isinstance(torch_dtype, torch.dtype):

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from slime.utils.misc import free_port
+from slime.utils.rendezvous import gloo_device_env, store_for_group
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ def init_process_group(
     """Initialise the default process group once (idempotent).
 
     Without explicit ``rank`` / ``world_size`` it reads torchrun's ``RANK`` / ``WORLD_SIZE``
-    (defaulting to a single process on 127.0.0.1 when they are absent).
+    (defaulting to a single process on 127.0.0.1 when they are absent). Rank 0's rendezvous
+    store listens on ``master_addr`` only, and gloo on loopback when that is loopback
+    (``slime.utils.rendezvous``: torch's store has no authentication; docs/security.md).
     """
     if dist.is_initialized():
         return
@@ -57,14 +60,17 @@ def init_process_group(
     if backend == "nccl":
         local_rank = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
         torch.cuda.set_device(local_rank)
+    timeout = datetime.timedelta(minutes=timeout_minutes)
+    os.environ.update(gloo_device_env(master_addr, os.environ))
     dist.init_process_group(
         backend=backend,
-        init_method=f"tcp://{master_addr}:{master_port}",
+        store=store_for_group(master_addr, master_port, world_size, rank == 0, timeout),
         rank=rank,
         world_size=world_size,
-        timeout=datetime.timedelta(minutes=timeout_minutes),
+        timeout=timeout,
     )
-    logger.info("process group up: rank %d/%d backend %s", rank, world_size, backend)
+    logger.info("process group up: rank %d/%d backend %s, rendezvous %s:%d", rank, world_size, backend,
+                master_addr, master_port)
 
 
 def check_cpu_parallel_sizes(args: argparse.Namespace) -> None:

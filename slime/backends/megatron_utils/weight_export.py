@@ -25,6 +25,7 @@ import torch.distributed as dist
 from slime.backends.megatron_utils.hf_loader import mapped_tensors, shard_context_for
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
+from slime.utils.fused_weights import fused_groups, fused_set
 
 logger = logging.getLogger(__name__)
 
@@ -101,20 +102,43 @@ def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = 
                 yield hf_name, (tensor.to("cpu", copy=True) if to_cpu else tensor.contiguous())
 
 
-def bucket_by_bytes(named: Iterable, bucket_bytes: int) -> Iterator[list]:
+def _fused_units(named: Iterable, groups: tuple) -> Iterator[list]:
+    """``named`` as units: a fused set (see `slime.utils.fused_weights`) is one unit, emitted when
+    its last member arrives; any other tensor is a unit of its own. A member whose partners never
+    come is an error naming them (SGLang would silently drop it)."""
+    held: dict[tuple, dict] = {}
+    for name, tensor in named:
+        members = fused_set(name, groups)
+        if not members:
+            yield [(name, tensor)]
+            continue
+        have = held.setdefault(members, {})
+        have[name] = tensor
+        if len(have) == len(members):
+            del held[members]
+            yield [(member, have[member]) for member in members]
+    if held:
+        lone = [f"{sorted(have)} without {[m for m in members if m not in have]}" for members, have in held.items()]
+        raise ValueError(f"tensors SGLang fuses on load arrived without their partners: {'; '.join(lone)}")
+
+
+def bucket_by_bytes(named: Iterable, bucket_bytes: int, groups: tuple = ()) -> Iterator[list]:
     """Group ``(name, tensor)`` pairs into lists of at most ``bucket_bytes`` bytes, in order.
 
-    A tensor larger than ``bucket_bytes`` forms a bucket of its own; no bucket is empty.
+    The tensors of one fused set (``groups``, see `slime.utils.fused_weights`: e.g. MLA's
+    ``q_a_proj`` and ``kv_a_proj_with_mqa``) always share a bucket, placed where its last member
+    arrives. A tensor (or fused set) larger than ``bucket_bytes`` forms a bucket of its own; no
+    bucket is empty.
     """
     if bucket_bytes <= 0:
         raise ValueError(f"bucket size must be positive (--update-weight-buffer-size), got {bucket_bytes}")
     bucket, size = [], 0
-    for name, tensor in named:
-        nbytes = tensor.numel() * tensor.element_size()
+    for unit in _fused_units(named, tuple(groups)):
+        nbytes = sum(tensor.numel() * tensor.element_size() for _, tensor in unit)
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
             bucket, size = [], 0
-        bucket.append((name, tensor))
+        bucket.extend(unit)
         size += nbytes
     if bucket:
         yield bucket
@@ -125,9 +149,11 @@ def iter_hf_buckets(model, hf_config: dict, args_or_sizes, bucket_bytes: int, to
 
     Collective like ``iter_hf_named_tensors``: every rank iterates, every rank of a stage gets
     the same buckets; send them from ``is_weight_sender()`` ranks only. Each bucket holds at
-    most ``bucket_bytes`` bytes, except a single tensor larger than that, which goes alone.
+    most ``bucket_bytes`` bytes, except a single tensor larger than that, which goes alone; the
+    tensors SGLang fuses on load (`slime.utils.fused_weights`) always share a bucket.
     """
-    return bucket_by_bytes(iter_hf_named_tensors(model, hf_config, args_or_sizes, to_cpu), bucket_bytes)
+    named = iter_hf_named_tensors(model, hf_config, args_or_sizes, to_cpu)
+    return bucket_by_bytes(named, bucket_bytes, fused_groups(hf_config))
 
 
 def write_hf_checkpoint(model, args_or_sizes, origin_hf_dir, output_dir) -> Path:

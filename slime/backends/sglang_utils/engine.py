@@ -23,10 +23,12 @@ import signal
 import subprocess
 from typing import Protocol
 
+from slime.backends.sglang_utils.launch_env import server_env
 from slime.backends.sglang_utils.server_args import (DEFAULT_LAUNCHER, engine_nnodes, server_command,
-                                                     sglang_server_args)
+                                                     key_env, sglang_server_args)
 from slime.utils.arguments.sglang import DEFAULT_ENGINE_START_TIMEOUT
 from slime.utils.engine_client import wait_until_healthy
+from slime.utils.failure import last_error_line
 from slime.utils.misc import free_port
 from slime.utils.security import job_api_key, redact_argv
 
@@ -54,20 +56,23 @@ def visible_device_count(env: dict[str, str]) -> int | None:
 
 
 class SGLangEngine:
-    """A `python -m sglang.launch_server` subprocess for the ServerArgs `fields` of one engine.
+    """A SGLang server subprocess (`python -m slime.backends.sglang_utils.sglang_main`, SGLang's
+    launch_server with the key by environment) for the ServerArgs `fields` of one engine.
 
     `visible_devices` (e.g. "4,5,6,7") becomes the child's CUDA_VISIBLE_DEVICES, else the parent's
     is inherited; `fields["base_gpu_id"]` counts within those devices, and the engine's GPUs on
     this node (tp * pp / nnodes) must fit after it. `launcher` replaces the `python -m
-    sglang.launch_server` prefix (tests start a fake server through the same path). Output is
-    appended to `log_path` (else inherited); `env` adds variables.
+    slime.backends.sglang_utils.sglang_main` prefix (tests start a fake server through the same
+    path). `fields["api_key"]` reaches the server as `$SLIME_API_KEY`, never on its command line.
+    Output is appended to `log_path` (else inherited); the environment is the parent's with slime's
+    SGLang settings (`launch_env.server_env`), then `env`, then the key.
     """
 
     def __init__(self, fields: dict, *, visible_devices: str | None = None, log_path: str | None = None,
                  env: dict[str, str] | None = None, launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER):
         self.fields = dict(fields)
         self.command = server_command(self.fields, launcher)
-        self.env = {**os.environ, **(env or {})}
+        self.env = server_env(self.fields, dict(os.environ), {**(env or {}), **key_env(self.fields)})
         if visible_devices is not None:
             self.env["CUDA_VISIBLE_DEVICES"] = visible_devices
         self.log_path = log_path
@@ -113,9 +118,10 @@ class SGLangEngine:
         if self.serves_http:
             try:
                 wait_until_healthy(self.url, timeout=timeout, process=self.process)
-            except RuntimeError as error:
+            except RuntimeError as error:  # the engine's own error first, then its exit code and log
+                own = last_error_line(self.log_path)
                 hint = f"; see {self.log_path}" if self.log_path else ""
-                raise RuntimeError(f"SGLang engine failed to start: {error}{hint}") from error
+                raise RuntimeError(f"SGLang engine failed to start: {own + '; ' if own else ''}{error}{hint}") from error
             except TimeoutError:
                 self.stop()
                 raise
@@ -170,7 +176,7 @@ def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | 
     `num_engines` None means --rollout-num-gpus / --rollout-num-gpus-per-engine; `nccl_port` None
     picks a free port on `host`; `base_gpu_id` counts within the visible devices. See
     `sglang_server_args` for the fields and `SGLangEngine` for devices, logs and the launcher. The
-    engine's --api-key is the job's (`$SLIME_API_KEY`; none when unset).
+    engine's key (by environment) is the job's (`$SLIME_API_KEY`; none when unset).
     """
     if num_engines is None:
         num_engines = args.rollout_num_gpus // args.rollout_num_gpus_per_engine

@@ -11,8 +11,10 @@ Authentication (seen with sglang-router 0.3.2): started with `--api-key KEY` the
 forwards it on generation requests, and uses a worker's own key for its probes only when the
 worker was registered with `{"url", "api_key"}` (else it warns and probes without). So the job's
 key (`$SLIME_API_KEY`) goes to the router, on every call below, and into every registration.
-The key is on the router's command line (sglang-router reads it nowhere else): logs and errors
-show that line redacted.
+sglang-router reads its key only from `--api-key`, so the router is started through
+`slime.backends.sglang_utils.router_main`, which takes the key from `$SLIME_API_KEY` and starts
+sglang-router in its own process: the key is on no command line (`/proc/<pid>/cmdline` is readable
+by every local user), not even for the instant before sglang-router renames its process.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from pathlib import Path
 
 import requests
 
+from slime.utils.failure import last_error_line
 from slime.utils.misc import free_port
-from slime.utils.security import auth_headers, job_api_key, redact_argv
+from slime.utils.security import API_KEY_ENV, auth_headers, job_api_key, redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -44,21 +47,24 @@ class RouterError(RuntimeError):
 ROUTER_FIXED_FLAGS = ("--disable-circuit-breaker", "--disable-health-check")
 
 
-def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None,
-                   api_key: str | None = None) -> list[str]:
-    """The command line that launches sglang-router (`--router-*` flags arrive as `extra`, e.g.
-    `--request-timeout-secs` from --router-request-timeout-secs), with `ROUTER_FIXED_FLAGS` and
-    `--api-key` when a key is given. Its metrics endpoint gets a free port unless given: the
-    default (29000) may be taken, and the router then fails to start. It binds `host`, as the
-    router does (its default is every interface)."""
-    extra = list(extra or []) + ([f"--api-key={api_key}"] if api_key else [])
+ROUTER_LAUNCHER = (sys.executable, "-m", "slime.backends.sglang_utils.router_main")
+
+
+def router_command(host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None) -> list[str]:
+    """The command line that launches sglang-router through `router_main` (`--router-*` flags
+    arrive as `extra`, e.g. `--request-timeout-secs` from --router-request-timeout-secs), with
+    `ROUTER_FIXED_FLAGS`; never the key, which `router_main` reads from `$SLIME_API_KEY`. Its
+    metrics endpoint gets a free port unless given: the default (29000) may be taken, and the
+    router then fails to start. It binds `host`, as the router does (its default is every
+    interface)."""
+    extra = list(extra or [])
     if "--prometheus-port" not in extra:
         extra += ["--prometheus-port", str(free_port(host))]
     if "--prometheus-host" not in extra:
         extra += ["--prometheus-host", host]
     extra += [flag for flag in ROUTER_FIXED_FLAGS if flag not in extra]
     return [
-        sys.executable, "-m", "sglang_router.launch_router",
+        *ROUTER_LAUNCHER,
         "--host", host, "--port", str(port), "--policy", policy,
         "--log-level", "warn",
         *extra,
@@ -84,19 +90,22 @@ class RouterProcess:
         self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
         self.api_key = api_key or job_api_key()
-        self.command = router_command(host, port, policy, extra, self.api_key)
+        self.command = router_command(host, port, policy, extra)
         self.log_path = Path(log_path) if log_path else None
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "RouterProcess":
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        env.pop(API_KEY_ENV, None)
+        env |= {API_KEY_ENV: self.api_key} if self.api_key else {}
         self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RouterError(f"sglang-router exited with code {self.process.returncode} "
+                own = last_error_line(self.log_path)  # the router's own error first
+                raise RouterError(f"{own + '; ' if own else ''}sglang-router exited with code {self.process.returncode} "
                                   f"(command: {' '.join(redact_argv(self.command))}; log: {self.log_path})")
             if self._answers():
                 logger.info("sglang-router up at %s", self.url)

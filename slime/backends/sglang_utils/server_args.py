@@ -2,7 +2,7 @@
 
 Owns `sglang_server_args` (framework-controlled fields + the user's `--sglang-*` passthrough
 values), `server_command` (fields -> argv, spelled as the sglang release of the passthrough table
-parses them), `engine_nnodes`, `FRAMEWORK_FIELDS`, and the `--dry-run` launch lines
+parses them; the key never: `key_env` hands it over by environment), `engine_nnodes`, `FRAMEWORK_FIELDS`, and the `--dry-run` launch lines
 (`planned_engine_processes`, `dry_run_commands`).
 
 Framework-controlled fields always win over a passthrough value of the same field (`--sglang-host`,
@@ -23,15 +23,20 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from slime.backends.sglang_utils.launch_env import memory_saver_fields
 from slime.utils.arguments.sglang import engine_tp_size, server_arg_fields, server_args_version, sglang_overrides
 from slime.utils.arguments.logger import is_secret_dest
 from slime.utils.arguments.sglang_fields import entry_by_name, render_option
-from slime.utils.security import REDACTED
+from slime.utils.security import API_KEY_ENV, REDACTED
 
 logger = logging.getLogger(__name__)
 
-# `python -m sglang.launch_server`; tests point the launcher at a fake server script instead.
-DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
+# `python -m sglang.launch_server` with the key from the environment (`sglang_main`); tests point
+# the launcher at a fake server script instead.
+DEFAULT_LAUNCHER = (sys.executable, "-m", "slime.backends.sglang_utils.sglang_main")
+# Fields that never go on a command line (readable by every local user): `key_env` hands the key
+# to the launcher by environment, `sglang_main` sets it on SGLang's ServerArgs.
+ENV_FIELDS = ("api_key", "admin_api_key")
 # Fields `sglang_server_args` always sets, whatever the passthrough says.
 FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes", "node_rank", "dist_init_addr",
                     "random_seed", "base_gpu_id", "nccl_port", "enable_memory_saver", "skip_server_warmup",
@@ -40,6 +45,13 @@ FRAMEWORK_FIELDS = ("model_path", "tp_size", "pp_size", "host", "port", "nnodes"
 DRY_RUN_PORT, DRY_RUN_NCCL_PORT, DRY_RUN_DIST_PORT = 30000, 30001, 30002
 # Placeholder of the --dry-run lines for the job's key (generated when the job starts).
 DRY_RUN_API_KEY = "$SLIME_API_KEY"
+
+
+def dist_init_port_count(args) -> int:
+    """Consecutive ports to reserve at a multi-node engine's --dist-init-addr: SGLang's PortArgs
+    derives its ZMQ ports from that port (port + 1 .. port + 6 + dp_rank in 0.5.23 and 0.5.15.post1),
+    so the block is 30 + --sglang-dp-size ports, as slime reserves."""
+    return 30 + int(getattr(args, "sglang_dp_size", 1) or 1)
 
 
 def engine_nnodes(args) -> int:
@@ -80,7 +92,7 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
     that is not one of them. Framework fields:
     model_path = --hf-checkpoint, tp_size = engine_tp_size(args), pp_size = --sglang-pp-size,
     random_seed = --seed + engine_rank, enable_memory_saver = --offload-rollout (on with --colocate
-    / --offload), skip_server_warmup and trust_remote_code True, plus host, port, nccl_port,
+    / --offload; then also cuda_graph_backend_prefill "disabled", see `launch_env`), skip_server_warmup and trust_remote_code True, plus host, port, nccl_port,
     base_gpu_id (first GPU of the engine among the visible ones on this node), api_key = `api_key`
     (the job's key: every endpoint but /health* then needs it) and admin_api_key None (one key
     for every endpoint; a separate admin key would lock the job's own weight updates out). `nnodes` None means
@@ -97,6 +109,7 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
         "enable_memory_saver": bool(args.offload_rollout), "skip_server_warmup": True, "trust_remote_code": True,
         "api_key": api_key, "admin_api_key": None,
     }
+    framework.update(memory_saver_fields(framework))
     overrides = sglang_overrides(args)
     for name in sorted(set(overrides) & set(framework)):
         if overrides[name] != framework[name]:
@@ -109,17 +122,27 @@ def sglang_server_args(args, *, engine_rank: int, num_engines: int, host: str, p
 def server_command(fields: dict[str, Any], launcher: tuple[str, ...] | list[str] = DEFAULT_LAUNCHER) -> list[str]:
     """`launcher` + the option of each field, in the order given, as SGLang's parser spells and
     reads it (`render_option`: True -> bare flag, False / None -> omitted, lists -> one word per
-    item, json options -> one JSON word). Every name must be an option of the sglang release the
-    passthrough lists (`server_arg_fields()`); raises ValueError naming the others and the release.
+    item, json options -> one JSON word), except `ENV_FIELDS` (the key: `key_env`). Every name
+    must be an option of the sglang release the passthrough lists (`server_arg_fields()`); raises
+    ValueError naming the others and the release.
     """
     table = entry_by_name(server_arg_fields())
     unknown = sorted(set(fields) - set(table))
     if unknown:
         raise ValueError(f"not options of sglang {server_args_version()}'s launch_server: {', '.join(unknown)}")
+    if fields.get("admin_api_key"):
+        raise ValueError("admin_api_key is never set: the job's one key (api_key) opens every endpoint")
     argv = list(launcher)
     for name, value in fields.items():
-        argv += render_option(table[name], value)
+        if name not in ENV_FIELDS:
+            argv += render_option(table[name], value)
     return argv
+
+
+def key_env(fields: dict[str, Any]) -> dict[str, str]:
+    """The environment that carries the engine's key to `sglang_main` (`$SLIME_API_KEY`; empty when
+    the engine has no key, which `sglang_main` reads as none)."""
+    return {API_KEY_ENV: fields.get("api_key") or ""}
 
 
 @dataclass(frozen=True)
@@ -153,8 +176,8 @@ def planned_engine_processes(args) -> list[EngineProcess]:
 
 def dry_run_commands(args) -> list[str]:
     """`sglang command: <argv>` for every planned engine process, hosts and ports as placeholders
-    (`node<N>`, DRY_RUN_*; the key as DRY_RUN_API_KEY), plus one note line saying so; empty
-    without engines."""
+    (`node<N>`, DRY_RUN_*; the key, never on the line, reaches `sglang_main` as $SLIME_API_KEY),
+    plus one note line saying so; empty without engines."""
     processes = planned_engine_processes(args)
     num_engines = len({p.engine_rank for p in processes})
     lines = []
@@ -167,6 +190,6 @@ def dry_run_commands(args) -> list[str]:
         lines.append("sglang command: " + shlex.join(server_command(fields)))
     if lines:
         lines.insert(0, f"# engine launch lines for sglang {server_args_version()}; hosts node<N> and ports "
-                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} and the job's key {DRY_RUN_API_KEY} "
-                        "are placeholders picked at start")
+                        f"{DRY_RUN_PORT}/{DRY_RUN_NCCL_PORT}/{DRY_RUN_DIST_PORT} are placeholders picked at "
+                        f"start; the job's key reaches each engine as {DRY_RUN_API_KEY}, never on its command line")
     return lines

@@ -18,6 +18,7 @@ import asyncio
 import inspect
 from typing import Any
 
+from slime.rollout.rm_hub.checks import RewardValueError, checked_reward
 from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
 from slime.rollout.rm_hub.f1 import f1_score
 from slime.rollout.rm_hub.gpqa import compute_gpqa_reward
@@ -31,7 +32,7 @@ from slime.utils.plugins import call_reward_fn
 
 # slime re-exports these graders from the package; `remote_rm` here is the function.
 __all__ = [
-    "async_rm", "batched_async_rm", "resolve_rm_type", "remote_rm", "get_deepscaler_rule_based_reward",
+    "async_rm", "batched_async_rm", "resolve_rm_type", "RewardValueError", "remote_rm", "get_deepscaler_rule_based_reward",
     "f1_score", "compute_gpqa_reward", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
 ]
 
@@ -64,12 +65,16 @@ async def async_rm(args, sample, **kwargs) -> Any:
 
     `kwargs` go to the custom function or to `remote_rm` (`max_attempts`, `base_delay`,
     `timeout`). Raises UnknownRewardTypeError (ValueError and NotImplementedError, as slime) for a
-    missing or unknown reward type.
+    missing or unknown reward type, RewardValueError (naming the flag and the sample's index) for
+    a NaN, an infinity or a value that is not a reward.
     """
     custom_path = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
     if custom_path:
-        return await _call_custom(custom_path, args, sample, **kwargs)
-    return await get_reward_fn(resolve_rm_type(args, sample))(args, sample, **kwargs)
+        reward = await _call_custom(custom_path, args, sample, **kwargs)
+        return checked_reward(reward, source=f"--custom-rm-path {custom_path}", sample=sample)
+    rm_type = resolve_rm_type(args, sample)
+    reward = await get_reward_fn(rm_type)(args, sample, **kwargs)
+    return checked_reward(reward, source=f"--rm-type {rm_type}", sample=sample)
 
 
 async def batched_async_rm(args, samples: list, **kwargs) -> list:
@@ -86,5 +91,6 @@ async def batched_async_rm(args, samples: list, **kwargs) -> list:
                 f"--custom-rm-path {args.custom_rm_path} returned {len(rewards)} rewards for "
                 f"{len(samples)} samples (a list call expects one per sample)"
             )
-        return list(rewards)
+        return [checked_reward(r, source=f"--custom-rm-path {args.custom_rm_path}", sample=s)
+                for r, s in zip(rewards, samples)]
     return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))

@@ -46,12 +46,19 @@ DOMAINS: tuple[ModuleType, ...] = (
 ENTRIES = ("train", "train_async")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and a hint to --help (no usage dump), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(entry: str = "train") -> argparse.ArgumentParser:
     """Return the parser of entry point ``entry`` ("train" or "train_async"): one argument group per
     domain of ``DOMAINS``; unknown flags are an error."""
     if entry not in ENTRIES:
         raise ValueError(f"entry must be one of {ENTRIES}, got {entry!r}")
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=f"{entry}.py", description=f"slime {entry}: RL post-training with Megatron and SGLang.",
         allow_abbrev=False,
     )

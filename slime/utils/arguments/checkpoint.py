@@ -18,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="Megatron checkpoint directory to resume from; without "
                        "latest_checkpointed_iteration.txt the run starts from --ref-load (weights only).")
     group.add_argument("--save", type=str, default=None, help="Directory to save Megatron checkpoints to.")
+    group.add_argument("--overwrite-run", action="store_true", default=False,
+                       help="Start afresh in a run folder (--metrics-dir, --save) that already holds a run: the old "
+                            "metrics.jsonl is kept as metrics.jsonl.replaced-<time>, new checkpoints replace the old "
+                            "ones as they are saved. Without it such a launch is refused unless it resumes the run "
+                            "(--load equal to --save).")
     group.add_argument("--save-interval", type=positive_int("--save-interval"), default=None,
                        help="Save every this many rollouts (None: never).")
     group.add_argument("--ref-load", type=str, default=None,

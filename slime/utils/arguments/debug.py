@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="Save each rollout's data to this path, formatted with {rollout_id}.")
     group.add_argument("--load-debug-rollout-data", type=str, default=None, metavar="PATH{rollout_id}",
                        help="Replay rollout data saved by --save-debug-rollout-data; implies --debug-train-only.")
+    group.add_argument("--traceback", action="store_true", default=False,
+                       help="Let a failed job end with Python's full traceback. Default: one line naming the root "
+                            "cause, the traceback appended to <--metrics-dir>/error.log.")
     group.add_argument("--check-weight-update-equal", action="store_true", default=False,
                        help="After a weight update, compare the engines' weights with the trainer's.")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import yaml
+
 from slime.utils.eval_config import build_eval_dataset_configs, load_eval_config
 from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION, ArgumentError, check_path_exists, positive_int, require, strip_slice
 
@@ -75,6 +77,8 @@ def _eval_config_datasets(args: argparse.Namespace, warnings: list[str]) -> list
             datasets, defaults = load_eval_config(args.eval_config)
         except (ValueError, OSError) as e:
             raise ArgumentError(str(e)) from e
+        except yaml.YAMLError as e:  # the parser's message spans lines: its first names the problem
+            raise ArgumentError(f"--eval-config {args.eval_config}: not valid YAML ({str(e).splitlines()[0]})") from e
         if args.eval_prompt_data:
             warnings.append("--eval-config replaces --eval-prompt-data")
         return [{**defaults, **d} for d in datasets]

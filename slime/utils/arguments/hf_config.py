@@ -37,6 +37,9 @@ _FLOAT_FIELDS = (
 
 
 _MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size")
+# dests `check_hf_config` compares itself (the family comparison skips them)
+_COMPARED_ABOVE = frozenset(dest for _f, dest, _k in _INT_FIELDS + _MLA_FIELDS + _FLOAT_FIELDS) | {
+    "num_query_groups", "rotary_base", "untie_embeddings_and_output_weights"}
 
 
 def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
@@ -111,8 +114,12 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
     Checks layers, hidden size, heads, query groups, FFN size, head dim, experts, router top-k,
     MoE FFN size, norm epsilon, rope base and tied embeddings; with --multi-latent-attention the
     MLA ranks and head dims instead of the head dim. A flag left at None or a key absent
-    from the config is not compared. Returns one message per mismatch, each naming the flag, our
-    value and the HF key with its value; an empty list means they agree.
+    from the config is not compared by these tables. Then, for an architecture of
+    `hf_families.FAMILY_ARGS`, every other field that shapes the model is compared with what the
+    family implies (`hf_families.check_family_args`: routed scaling, expert groups, first-k-dense
+    layers, shared experts, partial rotary, QK norm, biases, vocabulary, positions, YaRN, ...).
+    Returns one message per mismatch, each naming the flag, our value and the HF value; an empty
+    list means they agree.
     """
     out: list[str] = []
     mla = bool(getattr(args, "multi_latent_attention", False))
@@ -139,7 +146,9 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
         if untied == bool(hf_config["tie_word_embeddings"]):
             out.append(f"--untie-embeddings-and-output-weights is {'set' if untied else 'not set'} but HF "
                        f"config tie_word_embeddings={hf_config['tie_word_embeddings']}")
-    return out
+    from slime.utils.arguments.hf_families import check_family_args  # it imports this module
+
+    return out + check_family_args(args, hf_config, _COMPARED_ABOVE)
 
 
 def _check_query_groups(out: list[str], args: argparse.Namespace, hf_config: dict) -> None:

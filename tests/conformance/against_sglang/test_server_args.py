@@ -20,9 +20,11 @@ import subprocess
 
 import pytest
 
+from slime.backends.sglang_utils.sglang_main import keyed_server_args
 from slime.backends.sglang_utils.server_args import (DRY_RUN_API_KEY, DRY_RUN_DIST_PORT, DRY_RUN_NCCL_PORT,
                                                      DRY_RUN_PORT, dry_run_commands)
 from slime.utils.arguments import parse_args
+from slime.utils.security import API_KEY_ENV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CUDA_GRAPH_BS = [1, 2, 4, 8, *range(16, 257, 8)]
@@ -92,8 +94,9 @@ def parsed_launch_lines(argv: list[str]):
     out = []
     for line in lines:
         words = shlex.split(line[len("sglang command: "):])
-        assert words[1:3] == ["-m", "sglang.launch_server"], words[:3]
-        out.append((words[3:], prepare(words[3:])))
+        assert words[1:3] == ["-m", "slime.backends.sglang_utils.sglang_main"], words[:3]
+        # what sglang_main does before run_server: the key from the environment, never argv
+        out.append((words[3:], keyed_server_args(words[3:], environ={API_KEY_ENV: DRY_RUN_API_KEY}, prepare=prepare)))
     return out
 
 

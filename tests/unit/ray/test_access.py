@@ -1,5 +1,6 @@
 """What the job's engines accept: the folders of its flags, its trainer's addresses (loopback on one node)."""
 
+import stat
 from types import SimpleNamespace
 
 from slime.ray import access
@@ -18,3 +19,21 @@ def test_trainer_hosts(monkeypatch):
     assert access.trainer_hosts(placement, ()) == (access.LOOPBACK,)  # --debug-rollout-only: nobody else
     monkeypatch.setattr(access, "single_node", lambda: True)
     assert access.trainer_hosts(placement, (0,)) == ("10.0.0.2", access.LOOPBACK)
+
+
+def test_ray_token_file_is_readable_by_its_owner_only(monkeypatch, tmp_path):
+    """Ray 2.60 writes ~/.ray/auth_token 0644: whoever reads it joins the cluster (and reads the
+    job's key from a worker's environment)."""
+    token = tmp_path / "ray" / "auth_token"
+    monkeypatch.setenv(access.RAY_TOKEN_PATH_ENV, str(token))
+    assert access.private_ray_token(create=False) == token and not token.exists()  # a cluster's: never made up
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert access.private_ray_token(create=True) == token and not token.exists()  # Ray would read none
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    access.private_ray_token(create=True)
+    first = token.read_text()
+    assert len(first) == 64 and int(first, 16) >= 0  # Ray's own format (secrets.token_hex(32))
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    token.chmod(0o644)  # as Ray leaves it
+    access.private_ray_token(create=False)
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and token.read_text() == first  # kept, made private

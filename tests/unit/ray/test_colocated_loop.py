@@ -77,7 +77,7 @@ class Job:
         return side
 
     def metrics_logger(self, **_):
-        return SimpleNamespace(log=lambda *a: None)
+        return SimpleNamespace(log=lambda *a: None, begin=lambda *a: None)
 
 
 def _args(**overrides):

@@ -8,13 +8,13 @@ import os
 import subprocess
 import sys
 
-from tests.unit.tools.test_model_scripts import _DEEPSEEK_V3
+from tests.unit.tools.test_model_scripts import released_config
 
 
 def test_recipe_refuses_mismatched_config(repo_root, tmp_path):
     """The HF cross-check catches a recipe pointed at another model's config (here MLA ranks)."""
     (tmp_path / "DeepSeek-V3").mkdir()
-    (tmp_path / "DeepSeek-V3" / "config.json").write_text(json.dumps({**_DEEPSEEK_V3, "kv_lora_rank": 256}))
+    (tmp_path / "DeepSeek-V3" / "config.json").write_text(json.dumps({**released_config(repo_root, "DeepSeek-V3"), "kv_lora_rank": 256}))
     proc = subprocess.run(["bash", str(repo_root / "scripts" / "run-deepseek-v3.sh"), "--dry-run"],
                           env={**os.environ, "PYTHON": sys.executable, "MODEL_DIR": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)

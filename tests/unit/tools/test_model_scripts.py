@@ -117,55 +117,68 @@ def test_family_tiny_model_args_match_config(request, repo_root, script, fixture
     assert_matches_weight_map(parsed_model_args(repo_root, script), config, script)
 
 
-# The architecture keys of the released config.json files (Hugging Face hub, as published).
-_DEEPSEEK_V3 = dict(
-    architectures=["DeepseekV3ForCausalLM"], vocab_size=129280, hidden_size=7168, intermediate_size=18432,
-    moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
-    n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5, kv_lora_rank=512, q_lora_rank=1536,
-    qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, topk_method="noaux_tc", n_group=8, topk_group=4,
-    num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True, scoring_func="sigmoid",
-    max_position_embeddings=163840, rms_norm_eps=1e-6, rope_theta=10000, tie_word_embeddings=False,
-    rope_scaling=dict(beta_fast=32, beta_slow=1, factor=40, mscale=1.0, mscale_all_dim=1.0,
-                      original_max_position_embeddings=4096, type="yarn"))
-_KIMI_K2 = dict(
-    _DEEPSEEK_V3, vocab_size=163840, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
-    routed_scaling_factor=2.827, n_group=1, topk_group=1, first_k_dense_replace=1, max_position_embeddings=131072,
-    rope_theta=50000.0, rope_scaling=dict(beta_fast=1.0, beta_slow=1.0, factor=32.0, mscale=1.0, mscale_all_dim=1.0,
-                                          original_max_position_embeddings=4096, type="yarn"))
-_MOONLIGHT = dict(
-    _DEEPSEEK_V3, vocab_size=163840, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408,
-    num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64,
-    routed_scaling_factor=2.446, q_lora_rank=None, n_group=1, topk_group=1, num_experts_per_tok=6,
-    first_k_dense_replace=1, max_position_embeddings=8192, rope_theta=50000.0, rope_scaling=None, rms_norm_eps=1e-5)
-_GLM45 = dict(
-    architectures=["Glm4MoeForCausalLM"], vocab_size=151552, hidden_size=5120, intermediate_size=12288,
-    moe_intermediate_size=1536, num_hidden_layers=92, num_attention_heads=96, num_key_value_heads=8, head_dim=128,
-    n_shared_experts=1, n_routed_experts=160, num_experts_per_tok=8, first_k_dense_replace=3, routed_scaling_factor=2.5,
-    n_group=1, topk_group=1, partial_rotary_factor=0.5, rope_theta=1000000, attention_bias=True, use_qk_norm=True,
-    rms_norm_eps=1e-5, max_position_embeddings=131072, tie_word_embeddings=False, norm_topk_prob=True)
-_GLM45_AIR = dict(_GLM45, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=46,
-                  n_routed_experts=128, first_k_dense_replace=1, use_qk_norm=False)
+# Every full-size script and the released config.json it builds (tests/data/hf-configs, see SOURCES.md).
+RELEASED = {
+    "deepseek-v3.sh": "DeepSeek-V3",
+    "kimi-k2.sh": "Kimi-K2-Instruct",
+    "moonlight-16B-A3B.sh": "Moonlight-16B-A3B-Instruct",
+    "glm4.5-355B-A32B.sh": "GLM-4.5",
+    "glm4.5-106B-A12B.sh": "GLM-4.5-Air",
+    "qwen3-0.6B.sh": "Qwen3-0.6B",
+    "qwen3-4B.sh": "Qwen3-4B",
+    "qwen3-30B-A3B.sh": "Qwen3-30B-A3B",
+}
 
 
-@pytest.mark.parametrize("script, config, total_b, active_b, active_counts_embeddings", [
+def released_config(repo_root, name: str) -> dict:
+    return json.loads((repo_root / "tests" / "data" / "hf-configs" / name / "config.json").read_text())
+
+
+def test_every_full_size_script_has_its_released_config(repo_root):
+    scripts = {p.name for p in (repo_root / "scripts" / "models").glob("*.sh") if "tiny" not in p.name}
+    assert scripts == set(RELEASED), f"scripts without a released config in RELEASED: {scripts ^ set(RELEASED)}"
+
+
+@pytest.mark.parametrize("script", sorted(RELEASED))
+def test_script_matches_its_released_config_field_by_field(repo_root, script):
+    """Every field that shapes the model (the family's HF -> Megatron table, `hf_families`) agrees,
+    through `check_hf_config`, the check argument validation runs on --hf-checkpoint's config."""
+    from slime.utils.arguments.hf_config import check_hf_config
+
+    config = released_config(repo_root, RELEASED[script])
+    args = parsed_model_args(repo_root, script)
+    assert check_hf_config(args, config) == [], script
+    assert args.vocab_size == config["vocab_size"], script  # compared when set: the scripts all set it
+
+
+@pytest.mark.parametrize("script, total_b, active_b, active_counts_embeddings", [
     # published sizes: DeepSeek-V3 671B / 37B, Kimi-K2 1.04T / 32B, Moonlight 16B / 3B, GLM-4.5 355B / 32B,
     # GLM-4.5-Air 106B / 12B. GLM's totals include its MTP layer (not built here) and its active counts
     # leave out the embedding and output layer.
-    ("deepseek-v3.sh", _DEEPSEEK_V3, 671, 37, True),
-    ("kimi-k2.sh", _KIMI_K2, 1040, 32, True),
-    ("moonlight-16B-A3B.sh", _MOONLIGHT, 16, 3, True),
-    ("glm4.5-355B-A32B.sh", _GLM45, 355, 32, False),
-    ("glm4.5-106B-A12B.sh", _GLM45_AIR, 106, 12, False),
+    ("deepseek-v3.sh", 671, 37, True),
+    ("kimi-k2.sh", 1040, 32, True),
+    ("moonlight-16B-A3B.sh", 16, 3, True),
+    ("glm4.5-355B-A32B.sh", 355, 32, False),
+    ("glm4.5-106B-A12B.sh", 106, 12, False),
 ])
-def test_family_model_args_match_release_and_size(repo_root, script, config, total_b, active_b,
-                                                  active_counts_embeddings):
+def test_family_model_args_match_release_and_size(repo_root, script, total_b, active_b, active_counts_embeddings):
     from slime.utils.plan.model import active_params, embedding_params, output_params, shape_from_args, total_params
 
     args = parsed_model_args(repo_root, script)
-    assert_matches_weight_map(args, config, script)
+    assert_matches_weight_map(args, released_config(repo_root, RELEASED[script]), script)
     shape = shape_from_args(args)
     total, active = total_params(shape).total, active_params(shape)
     if not active_counts_embeddings:
         active -= embedding_params(shape).total + output_params(shape).total
     assert abs(total / 1e9 - total_b) / total_b < 0.02, (script, total)
     assert abs(active / 1e9 - active_b) / active_b < 0.05, (script, active)
+
+
+def test_check_hf_config_names_a_wrong_routed_scaling_factor(repo_root):
+    """GLM-4.5-Air's released routed_scaling_factor is 1.0 (GLM-4.5's is 2.5): a recipe with 2.5 is refused."""
+    from slime.utils.arguments.hf_config import check_hf_config
+
+    args = parsed_model_args(repo_root, "glm4.5-106B-A12B.sh")
+    args.moe_router_topk_scaling_factor = 2.5
+    problems = check_hf_config(args, released_config(repo_root, "GLM-4.5-Air"))
+    assert problems == ["--moe-router-topk-scaling-factor 2.5 does not match 1.0 implied by the HF config"]

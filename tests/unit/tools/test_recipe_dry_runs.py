@@ -4,27 +4,26 @@ run in one line naming the flags, exit 2.
 
 The scripts run for real (bash, then train.py); only the environment is chosen: MODEL_DIR is left
 unset (missing files are dry-run warnings) or, for the DeepSeek-V3 and GLM-4.5 families, holds the
-released config.json where the script looks for it (the HF cross-check of MODEL_ARGS runs and the
+released config.json (tests/data/hf-configs) where the script looks for it (the HF cross-check of MODEL_ARGS runs and the
 plan counts the published sizes); the optional switches (FP8, DP_ATTN, COLOCATE, ASYNC, wandb keys)
 are unset, as on a fresh node.
 """
 
-import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.unit.tools.test_model_scripts import _DEEPSEEK_V3, _GLM45, _GLM45_AIR, _KIMI_K2, _MOONLIGHT
-
-# run script -> None, or (HF folder it reads, released config, "total" and "active" as the plan prints them)
+# run script -> None, or (HF folder it reads = its folder in tests/data/hf-configs, "total" and "active"
+# as the plan prints them)
 GPU_RECIPES = {
-    "run-deepseek-v3.sh": ("DeepSeek-V3", _DEEPSEEK_V3, "671.026 B total", "37.552 B active"),
-    "run-kimi-k2.sh": ("Kimi-K2-Instruct", _KIMI_K2, "1026.408 B total", "32.861 B active"),
-    "run-moonlight-16B-A3B.sh": ("Moonlight-16B-A3B-Instruct", _MOONLIGHT, "15.960 B total", "2.915 B active"),
-    "run-glm4.5-355B-A32B.sh": ("GLM-4.5", _GLM45, "352.798 B total", "33.632 B active"),
-    "run-glm4.5-106B-A12B.sh": ("GLM-4.5-Air", _GLM45_AIR, "106.852 B total", "13.424 B active"),
+    "run-deepseek-v3.sh": ("DeepSeek-V3", "671.026 B total", "37.552 B active"),
+    "run-kimi-k2.sh": ("Kimi-K2-Instruct", "1026.408 B total", "32.861 B active"),
+    "run-moonlight-16B-A3B.sh": ("Moonlight-16B-A3B-Instruct", "15.960 B total", "2.915 B active"),
+    "run-glm4.5-355B-A32B.sh": ("GLM-4.5", "352.798 B total", "33.632 B active"),
+    "run-glm4.5-106B-A12B.sh": ("GLM-4.5-Air", "106.852 B total", "13.424 B active"),
     "run-qwen3-0.6B.sh": None,
     "run-qwen3-4B.sh": None,
     "run-qwen3-30B-A3B.sh": None,
@@ -56,13 +55,14 @@ def test_recipe_dry_run_builds_megatron_configs(repo_root, tmp_path, script):
     release = GPU_RECIPES[script]
     if release:
         (tmp_path / release[0]).mkdir()
-        (tmp_path / release[0] / "config.json").write_text(json.dumps(release[1]))
+        shutil.copyfile(repo_root / "tests" / "data" / "hf-configs" / release[0] / "config.json",
+                        tmp_path / release[0] / "config.json")  # the released file, verbatim
     proc = dry_run(repo_root, script, model_dir=tmp_path if release else None)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     if release:
         out = proc.stdout + proc.stderr
-        assert release[2] in out and release[3] in out, out[-3000:]
-        assert "cross-check of MODEL_ARGS skipped" not in out and "does not match HF config" not in out
+        assert release[1] in out and release[2] in out, out[-3000:]
+        assert "cross-check of MODEL_ARGS skipped" not in out and "does not match" not in out
         assert "trainer verdict             : fits" in out and "engine verdict              : fits" in out
     assert "error" not in proc.stderr.lower().replace("errors", ""), proc.stderr[-2000:]
     section = configs_section(proc.stdout)

@@ -132,3 +132,40 @@ def test_wire_view_is_bytes_on_gloo_only():
     f = torch.ones(2)
     assert wire_view(f, "cpu") is f
     assert math.isclose(448.0, torch.finfo(FP8_DTYPE).max)
+
+
+def test_ue8m0_scales_are_powers_of_two_and_still_fit():
+    """Where SGLang requantises block scales to UE8M0 (DeepGEMM on Blackwell; checkpoints declaring
+    scale_fmt "ue8m0"), the scales are rounded up to powers of two, so its requantisation is exact."""
+    import dataclasses
+
+    from slime.utils.fp8 import FP8_MAX, dequantize_block, engine_wants_ue8m0, quantize_block, quantize_named
+
+    w = torch.randn(200, 300, generator=torch.Generator().manual_seed(0)) * 0.02
+    q, s = quantize_block(w, (128, 128), ue8m0=True)
+    assert torch.equal(s, torch.exp2(torch.round(torch.log2(s))))  # powers of two
+    assert (q.float().abs() <= FP8_MAX).all()
+    _, plain = quantize_block(w, (128, 128))
+    assert (s >= plain).all() and (s < 2 * plain).all()
+    err = (dequantize_block(q, s, (128, 128)) - w).abs()
+    assert (err <= 2 ** -4 * w.abs() + 2 ** -10 * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:200, :300]).all()
+
+    declared = fp8_config_from_hf({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                                                           "scale_fmt": "ue8m0"}})
+    assert declared.ue8m0 and not dataclasses.replace(declared, ue8m0=False).ue8m0
+    (_, q2), (_, s2) = quantize_named([("model.layers.0.mlp.down_proj.weight", w)], declared)
+    assert torch.equal(s2, s) and torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
+    if not torch.cuda.is_available():
+        assert engine_wants_ue8m0(declared) is False
+
+
+def test_engine_wants_ue8m0_on_blackwell_with_deepgemm(monkeypatch):
+    from slime.utils.fp8 import Fp8Config, engine_wants_ue8m0
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg = Fp8Config(block_size=(128, 128))
+    for capability, env, want in [((10, 0), {}, True), ((12, 0), {}, True), ((9, 0), {}, False),
+                                  ((10, 0), {"SGLANG_ENABLE_JIT_DEEPGEMM": "false"}, False)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda c=capability: c)
+        assert engine_wants_ue8m0(cfg, env) is want, (capability, env)
+    assert engine_wants_ue8m0(Fp8Config(block_size=(64, 64)), {}) is False

@@ -108,16 +108,31 @@ def test_dry_run_output_has_no_wandb_key(tmp_path):
     assert not any(secret in p.read_text(errors="replace") for p in Path(tmp_path).rglob("*") if p.is_file())
 
 
-def test_jsonl_keeps_earlier_rollouts_and_drops_replaced_ones(tmp_path):
+def test_jsonl_is_appended_on_resume_and_never_truncated(tmp_path):
     path = tmp_path / "metrics.jsonl"
     first = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))
     for step in range(4):
         first.log(step, {"rollout/raw_reward": float(step)})
     resumed = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)), start=2)  # resume after rollout 1
     resumed.log(2, {"rollout/raw_reward": 20.0})
-    assert [json.loads(x)["rollout/raw_reward"] for x in path.read_text().splitlines()] == [0.0, 1.0, 20.0]
-    MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))  # a fresh run starts an empty file
-    assert path.read_text() == ""
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r["rollout/raw_reward"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 20.0]
+    MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))  # a new logger never empties the file
+    assert len(path.read_text().splitlines()) == 5
+
+
+def test_row_begun_and_not_logged_is_written_on_close(tmp_path):
+    """The job fails after rollout 1 was generated and trained (e.g. its save): the row is kept."""
+    log = MetricsLogger(SinkConfig(metrics_dir=str(tmp_path)))
+    row = {"rollout/raw_reward": 0.5}
+    log.begin(0, row)
+    log.log(0, row)
+    row = {"rollout/raw_reward": 0.7}
+    log.begin(1, row)
+    row |= {"train/loss": 0.1}  # the loop fills the same dict
+    log.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["rollout_id"], r.get("train/loss")) for r in rows] == [(0, None), (1, 0.1)]
 
 
 class _FakeWandb:

@@ -41,3 +41,26 @@ def test_accepts_kwarg():
     def var(a, **kw): ...
     assert not accepts_kwarg(plain, "evaluation")
     assert accepts_kwarg(named, "evaluation") and accepts_kwarg(var, "evaluation")
+
+
+def test_free_port_block_is_a_whole_free_block_for_sglangs_derived_ports():
+    """A multi-node SGLang engine derives ZMQ ports from --dist-init-addr's port (+1 .. +6+dp_rank):
+    the block reserved there is 30 + --sglang-dp-size consecutive free ports, never an excluded one."""
+    import argparse
+    import socket
+
+    from slime.backends.sglang_utils.server_args import dist_init_port_count
+    from slime.utils.misc import free_port_block
+
+    assert dist_init_port_count(argparse.Namespace(sglang_dp_size=8)) == 38
+    assert dist_init_port_count(argparse.Namespace(sglang_dp_size=None)) == 31
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        for _ in range(5):
+            base = free_port_block("127.0.0.1", 38, exclude=(busy - 1,))
+            block = range(base, base + 38)
+            assert busy not in block and busy - 1 not in block
+            for port in block:  # every port of the block can be bound
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))

@@ -3,8 +3,10 @@ the folder allow-list (symlinks and `..` cannot lead out of it)."""
 
 import os
 
+import pytest
+
 from slime.utils.security import (API_KEY_ENV, REDACTED, auth_headers, bearer_matches, ensure_job_api_key,
-                                  job_api_key, path_within, redact_argv)
+                                  job_api_key, path_within, redact_argv, secret_flags_in)
 
 
 def test_job_key_comes_from_the_environment_else_the_flag_else_a_fresh_one(monkeypatch):
@@ -44,10 +46,38 @@ def test_path_allow_list_resolves_links_and_dots(tmp_path):
 
 def test_generated_keys_never_read_as_a_flag(monkeypatch):
     """A key starting with '-' (secrets.token_urlsafe gives one in 64) made sglang-router exit with
-    argparse's code 2 at start-up: generated keys are hex, and the router gets `--api-key=KEY`."""
-    from slime.backends.sglang_utils.router import router_command
+    argparse's code 2 at start-up: generated keys are hex, and the router reads the key from its
+    environment (router_main), where any key is only a key."""
+    pytest.importorskip("sglang_router")
+    from slime.backends.sglang_utils.router_main import keyed_router_args
 
     for _ in range(500):
         monkeypatch.setenv(API_KEY_ENV, "")  # empty reads as unset; teardown restores the original
         assert not ensure_job_api_key().startswith("-")
-    assert "--api-key=-leading-dash" in router_command("127.0.0.1", 1, api_key="-leading-dash")
+    argv = ["--host", "127.0.0.1", "--port", "1"]
+    assert keyed_router_args(argv, environ={API_KEY_ENV: "-leading-dash"}).api_key == "-leading-dash"
+
+
+def test_launchers_refuse_the_key_on_their_command_line():
+    """sglang_main and router_main take the key by environment only; a credential flag on their
+    own argv (readable by every local user) stops them."""
+    pytest.importorskip("sglang_router")
+    from slime.backends.sglang_utils.router_main import keyed_router_args
+    from slime.backends.sglang_utils.sglang_main import keyed_server_args
+
+    assert secret_flags_in(["--port", "1", "--api-key=k", "--wandb-key", "w"]) == ["--api-key", "--wandb-key"]
+    for launcher in (keyed_router_args, lambda argv, environ: keyed_server_args(argv, environ, prepare=list)):
+        with pytest.raises(SystemExit, match="--api-key on a command line"):
+            launcher(["--host", "127.0.0.1", "--api-key", "k"], environ={})
+
+
+def test_router_gets_no_key_on_its_command_line_and_one_origin():
+    pytest.importorskip("sglang_router")
+    from slime.backends.sglang_utils.router import router_command
+    from slime.backends.sglang_utils.router_main import keyed_router_args
+
+    command = router_command("127.0.0.1", 30000)
+    assert not secret_flags_in(command)
+    router_args = keyed_router_args(command[3:], environ={API_KEY_ENV: "k"})
+    assert router_args.api_key == "k" and router_args.cors_allowed_origins == ["http://127.0.0.1:30000"]
+    assert keyed_router_args(command[3:], environ={}).api_key is None

@@ -6,7 +6,7 @@ colocated ones, "disk" HF folder),
 `sender_kind(args)` (--colocate -> "tensor", else "distributed") and `build_weight_sender`, which
 wires a sender to a megatron model: buckets from `weight_export.iter_hf_buckets` of
 --update-weight-buffer-size bytes (quantised to block FP8 when --hf-checkpoint declares
-`quant_method: fp8`, see `slime.utils.fp8`), roles from megatron's parallel state.
+`quant_method: fp8`, with UE8M0 scales where SGLang requantises to them, see `slime.utils.fp8`), roles from megatron's parallel state.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
 
     from slime.backends.megatron_utils.hf_io import read_hf_config
     from slime.backends.megatron_utils.weight_export import iter_hf_buckets
-    from slime.utils.fp8 import fp8_config_from_hf, quantized_buckets
+    import dataclasses
+
+    from slime.utils.fp8 import engine_wants_ue8m0, fp8_config_from_hf, quantized_buckets
 
     kind = kind or sender_kind(args)
     if kind not in SENDERS:
@@ -62,6 +64,8 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
 
     role = megatron_role()
     fp8 = fp8_config_from_hf(hf_config)
+    if fp8 is not None and not fp8.ue8m0 and engine_wants_ue8m0(fp8):  # SGLang requantises to UE8M0 there
+        fp8 = dataclasses.replace(fp8, ue8m0=True)
     sends = role.is_sender or kind == "tensor"  # the tensor sender ships every rank's bucket
     if fp8 is not None and sends:  # an FP8 engine checkpoint: send its names, dtypes, shapes
         buckets = quantized_buckets(buckets, fp8)

@@ -8,15 +8,21 @@ call is collective over the trainer ranks and runs
   leader: finish (e.g. the disk POST) + continue_generation on every engine.
 Each update carries a weight version (given, or a counter "1", "2", ...) that the engines then
 report in /model_info and meta_info.weight_version. Also owns `TrainerRole` (which rank
-leads, which sends, how to barrier) and `run_on_engines` (one async call per engine, concurrent).
+leads, which sends, how to barrier, which cluster-wide lock serialises the senders' transfers),
+`StoreLock` (that lock, over the trainer's torch.distributed store) and `run_on_engines` (one
+async call per engine, concurrent).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from typing import Callable, Iterable
+import os
+import time
+import uuid
+from typing import Callable, ContextManager, Iterable
 
 from slime.utils.engine_client import EngineClient
 
@@ -26,23 +32,62 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class TrainerRole:
     """This rank's part in a sync: `is_leader` (talks pause/continue), `is_sender` (ships its
-    stage's buckets), `stage_tag` (unique per sending rank, e.g. "pp0") and `barrier`."""
+    stage's buckets), `stage_tag` (unique per sending rank, e.g. "pp0"), `barrier`, and `lock`
+    (a factory of the context manager that every sender of the cluster holds around one transfer
+    that engines serve one at a time, see `UpdateWeightFromDistributed`)."""
 
     is_leader: bool = True
     is_sender: bool = True
     stage_tag: str = "pp0"
     barrier: Callable[[], None] = lambda: None
+    lock: Callable[[], ContextManager] = contextlib.nullcontext
+
+
+class StoreLock:
+    """A mutex shared by every process that reaches `store` (a torch.distributed Store), under `key`.
+
+    Acquired by an atomic compare-and-set of `key` from "" to a token unique to this holder, polled
+    every `poll_s`; released by setting it back. Waiting longer than `timeout_s` raises, naming the
+    holder (a sender that died holding it). Not re-entrant. Use as a context manager.
+    """
+
+    def __init__(self, store, key: str, owner: str, timeout_s: float = 600.0, poll_s: float = 0.02) -> None:
+        self.store, self.key, self.timeout_s, self.poll_s = store, key, timeout_s, poll_s
+        self.token = f"{owner}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> "StoreLock":
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            holder = self.store.compare_set(self.key, "", self.token).decode()
+            if holder == self.token:
+                return self
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {self.timeout_s:.0f}s for the weight-sync lock {self.key!r}, "
+                                   f"held by {holder!r}")
+            time.sleep(self.poll_s)
+
+    def __exit__(self, *exc) -> None:
+        self.store.compare_set(self.key, self.token, "")
+
+
+WEIGHT_SYNC_LOCK_KEY = "slime/weight_sync_lock"
 
 
 def megatron_role() -> TrainerRole:
-    """`TrainerRole` of this megatron rank: global rank 0 leads, `is_weight_sender()` ranks send."""
+    """`TrainerRole` of this megatron rank: global rank 0 leads, `is_weight_sender()` ranks send,
+    and the senders of every pipeline stage share one `StoreLock` on the default group's store
+    (the rendezvous store every trainer rank already reaches)."""
+    import functools
+
     import torch.distributed as dist
     from megatron.core import parallel_state as mpu
 
     from slime.backends.megatron_utils.weight_export import is_weight_sender
 
-    return TrainerRole(is_leader=dist.get_rank() == 0, is_sender=is_weight_sender(),
-                       stage_tag=f"pp{mpu.get_pipeline_model_parallel_rank()}", barrier=dist.barrier)
+    stage_tag = f"pp{mpu.get_pipeline_model_parallel_rank()}"
+    store = dist.distributed_c10d._get_default_store()
+    return TrainerRole(is_leader=dist.get_rank() == 0, is_sender=is_weight_sender(), stage_tag=stage_tag,
+                       barrier=dist.barrier, lock=functools.partial(StoreLock, store, WEIGHT_SYNC_LOCK_KEY, stage_tag))
 
 
 def run_on_engines(urls: list[str], call: Callable, timeout: float = 600.0) -> list:

@@ -8,6 +8,13 @@ world size = 1 + the sum of all engines' TP sizes. Megatron's groups are untouch
 the sender POSTs /update_weights_from_distributed {names, dtypes, shapes, group_name,
 weight_version} to every engine and broadcasts the tensors from rank 0 in `names` order while the
 engines receive. `disconnect()` destroys the group on both sides (ours even when an engine is gone).
+
+With pipeline parallelism there is one sender (and group) per stage, and the stages run
+concurrently; an engine serves weight requests one at a time, so engine A could enter stage 0's
+broadcast while engine B enters stage 1's, each waiting for the other: a deadlock. Every transfer
+that engines serve in order (joining the group, each bucket, dropping the group) is therefore
+done under the role's cluster-wide `lock` (`common.StoreLock` for megatron ranks), as slime
+serialises every bucket behind one lock.
 """
 
 from __future__ import annotations
@@ -92,11 +99,12 @@ class UpdateWeightFromDistributed(WeightSender):
         sizes = engine_tp_sizes(self.engine_urls, self.timeout)
         offsets = [1 + sum(sizes[:i]) for i in range(len(sizes))]
         world, port = 1 + sum(sizes), free_port(self.master_address)
-        thread, box = _in_thread(init_weight_update_group, self.master_address, port, 0, world,
-                                 self.group_name, self.backend, self.timeout)
-        self.on_engines(lambda c, i: c.init_weights_update_group(
-            self.master_address, port, offsets[i], world, self.group_name, self.backend))
-        self.group = _join(thread, box, f"joining weight update group {self.group_name}")
+        with self.role.lock():
+            thread, box = _in_thread(init_weight_update_group, self.master_address, port, 0, world,
+                                     self.group_name, self.backend, self.timeout)
+            self.on_engines(lambda c, i: c.init_weights_update_group(
+                self.master_address, port, offsets[i], world, self.group_name, self.backend))
+            self.group = _join(thread, box, f"joining weight update group {self.group_name}")
         logger.info("weight update group %s: %d engine rank(s) at %s:%d via %s", self.group_name,
                     world - 1, self.master_address, port, self.backend)
 
@@ -119,14 +127,16 @@ class UpdateWeightFromDistributed(WeightSender):
                 return None
 
         try:
-            self.on_engines(drop)
+            with self.role.lock():
+                self.on_engines(drop)
         finally:
             group, self.group = self.group, None
             group.destroy(abort=bool(gone))
             logger.info("weight update group %s destroyed", self.group_name)
 
     def send_bucket(self, bucket: list, version: str) -> None:
-        """POST the bucket's metadata to every engine while broadcasting its tensors from rank 0."""
+        """POST the bucket's metadata to every engine while broadcasting its tensors from rank 0,
+        holding the cluster-wide lock (see the module docstring)."""
         if self.group is None:
             raise RuntimeError("UpdateWeightFromDistributed.update_weights called before connect()")
         device = "cuda" if self.group.device == "cuda" else "cpu"
@@ -134,10 +144,11 @@ class UpdateWeightFromDistributed(WeightSender):
         names = [n for n, _ in bucket]
         dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
         shapes = [list(t.shape) for t in tensors]
-        thread, box = _in_thread(self._broadcast_all, tensors)
-        self.on_engines(lambda c, _i: c.update_weights_from_distributed(
-            names, dtypes, shapes, self.group_name, flush_cache=False, weight_version=version))
-        _join(thread, box, f"broadcasting {len(tensors)} tensors on {self.group_name}")
+        with self.role.lock():
+            thread, box = _in_thread(self._broadcast_all, tensors)
+            self.on_engines(lambda c, _i: c.update_weights_from_distributed(
+                names, dtypes, shapes, self.group_name, flush_cache=False, weight_version=version))
+            _join(thread, box, f"broadcasting {len(tensors)} tensors on {self.group_name}")
 
     def _broadcast_all(self, tensors: list) -> None:
         for tensor in tensors:

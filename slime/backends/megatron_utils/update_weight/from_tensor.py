@@ -9,7 +9,10 @@ files); the group gathers the entries to its first rank, which POSTs /update_wei
 {serialized_named_tensors: entry of member i at index i, load_format "flattened_bucket",
 flush_cache, weight_version}: engine TP rank i reads the payload made on the device it runs on.
 The first rank then tells the members the outcome, and only then do they drop their tensors
-(the engine maps their memory). Every rank of a pipeline stage holds the same buckets, so
+(the engine maps their memory; SGLang answers once its scheduler has loaded the bucket). Dropped
+CUDA tensors that were shared by IPC wait in torch's IPC limbo until the engine released its
+mapping: every rank then runs `torch.cuda.ipc_collect()` and `empty_cache()` after each bucket, as
+slime does, so a bucket's memory is back before the next one is built. Every rank of a pipeline stage holds the same buckets, so
 pipeline parallelism must be 1 (checked in `build_weight_sender`).
 """
 
@@ -37,6 +40,14 @@ def engine_rank_groups(num_engines: int, gpus_per_engine: int, world_size: int) 
         raise ValueError(f"engines {empty} run on no trainer rank's device: colocated engines need "
                          f"--rollout-num-gpus <= the trainer's GPUs ({world_size})")
     return groups
+
+
+def release_ipc_memory() -> None:
+    """Free CUDA blocks whose IPC consumers are done (torch keeps a shared block in limbo until the
+    consumer released it) and return cached blocks to the device; a no-op without CUDA."""
+    if torch.cuda.is_available():
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
 
 
 @dataclasses.dataclass
@@ -138,5 +149,8 @@ class UpdateWeightFromTensor(WeightSender):
                     entries, load_format=FLATTENED_BUCKET, flush_cache=False, weight_version=version), self.timeout)
             except Exception as exc:  # shared with the members below, then raised on every one
                 error = exc
-        self._member.settle(error, self._rank)
-        del keep_alive
+        try:
+            self._member.settle(error, self._rank)
+        finally:
+            del keep_alive, entry, entries
+            release_ipc_memory()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slime.backends.megatron_utils.weight_maps import deepseek_v3, glm4_moe, qwen3
+from slime.utils.arguments import hf_families
 from slime.backends.megatron_utils.weight_maps.base import (
     MegatronLayout,
     ShardContext,
@@ -22,19 +23,20 @@ from slime.backends.megatron_utils.weight_maps.base import (
 
 @dataclass(frozen=True)
 class ModelFamily:
-    """``build_weight_map(hf_config, divisible_by, tp_size)`` and ``megatron_args(hf_config)``."""
+    """``build_weight_map(hf_config, divisible_by, tp_size)`` and ``megatron_args(hf_config)`` (the
+    family's entry of `slime.utils.arguments.hf_families.FAMILY_ARGS`, which validation reads too)."""
 
     build_weight_map: Callable[..., WeightMap]
     megatron_args: Callable[[dict], dict]
 
 
 WEIGHT_MAPS = {
-    "Qwen3ForCausalLM": ModelFamily(qwen3.build_weight_map, qwen3.megatron_args),
-    "Qwen3MoeForCausalLM": ModelFamily(qwen3.build_weight_map, qwen3.megatron_args),
+    "Qwen3ForCausalLM": ModelFamily(qwen3.build_weight_map, hf_families.qwen3_args),
+    "Qwen3MoeForCausalLM": ModelFamily(qwen3.build_weight_map, hf_families.qwen3_args),
     # DeepSeek-V3 / R1, Kimi-K2 and Moonlight all declare DeepseekV3ForCausalLM
-    "DeepseekV3ForCausalLM": ModelFamily(deepseek_v3.build_weight_map, deepseek_v3.megatron_args),
+    "DeepseekV3ForCausalLM": ModelFamily(deepseek_v3.build_weight_map, hf_families.deepseek_v3_args),
     # GLM-4.5, GLM-4.5-Air, GLM-4.6 and GLM-4.7
-    "Glm4MoeForCausalLM": ModelFamily(glm4_moe.build_weight_map, glm4_moe.megatron_args),
+    "Glm4MoeForCausalLM": ModelFamily(glm4_moe.build_weight_map, hf_families.glm4_moe_args),
 }
 
 

@@ -1,17 +1,18 @@
 """GLM-4.5 / GLM-4.5-Air / GLM-4.7 MoE (``Glm4MoeForCausalLM``) weight map.
 
-Owns the GLM-4.5 rule table and Megatron-LM model args: GQA attention with QKV biases, optional
+Owns the GLM-4.5 rule table (its Megatron-LM model args are
+`slime.utils.arguments.hf_families.glm4_moe_args`): GQA attention with QKV biases, optional
 per-head QK norms (``use_qk_norm``), partial rotary (``partial_rotary_factor`` ->
 ``--rotary-percent``, rotate-half on the first part of each head as megatron does), dense first
 layers and the DeepSeek-style MoE MLP (sigmoid router with expert bias, shared experts), whose
-rules and router args come from ``deepseek_v3``. The multi-token-prediction layers of the
+rules come from ``deepseek_v3``. The multi-token-prediction layers of the
 released checkpoints (``num_nextn_predict_layers``) are not part of the model transformers
 builds and are not mapped.
 """
 
 from slime.backends.megatron_utils.weight_maps import deepseek_v3, qwen3
 from slime.backends.megatron_utils.weight_maps.base import Rule, WeightMap
-from slime.utils.arguments.hf_config import hf_num_experts, hf_shape_args
+from slime.utils.arguments.hf_config import hf_num_experts
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -36,14 +37,6 @@ def attention_rules(hf_config: dict) -> list:
     return rules + [_OUT]
 
 
-def partial_rotary_factor(hf_config: dict) -> float:
-    """Fraction of each head that is rotated (top level or inside ``rope_parameters``; GLM-4.5: 0.5)."""
-    value = hf_config.get("partial_rotary_factor")
-    if value is None:
-        value = deepseek_v3.rope_scaling(hf_config).get("partial_rotary_factor", 1.0)
-    return float(value)
-
-
 def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1) -> WeightMap:
     """``WeightMap`` for a GLM-4.5 MoE config; vocab padded to ``divisible_by * tp``."""
     pattern = deepseek_v3.moe_layer_pattern(hf_config)
@@ -57,28 +50,3 @@ def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1)
         num_experts=hf_num_experts(hf_config)[1],
         context=deepseek_v3.context_for(hf_config, divisible_by, tp_size, qwen3.head_dim(hf_config)),
     )
-
-
-def megatron_args(hf_config: dict) -> dict:
-    """Megatron-LM model-shape args (dest names) equivalent to a GLM-4.5 MoE HF config: the shared
-    HF key -> flag table (`hf_shape_args`) plus what the family implies."""
-    out = hf_shape_args(hf_config)
-    out.setdefault("norm_epsilon", 1e-5)
-    out.update(
-        group_query_attention=True,
-        num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
-        kv_channels=qwen3.head_dim(hf_config),
-        normalization="RMSNorm",
-        position_embedding_type="rope",
-        rotary_base=qwen3.rope_theta(hf_config),
-        rotary_percent=partial_rotary_factor(hf_config),
-        swiglu=True,
-        add_bias_linear=False,
-        add_qkv_bias=bool(hf_config.get("attention_bias", False)),
-        qk_layernorm=bool(hf_config.get("use_qk_norm", False)),
-        untie_embeddings_and_output_weights=not hf_config.get("tie_word_embeddings", False),
-        vocab_size=hf_config["vocab_size"],
-        max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
-    )
-    out.update(deepseek_v3.sigmoid_router_args(hf_config))
-    return out

@@ -1,13 +1,15 @@
 """Qwen3 dense (``Qwen3ForCausalLM``) and MoE (``Qwen3MoeForCausalLM``) weight maps.
 
-Owns the rule tables for both architectures and the Megatron-LM model arguments
-derived from a Qwen3 HF ``config.json`` (used when converting without MODEL_ARGS).
+Owns the rule tables for both architectures; the Megatron-LM model arguments derived from a
+Qwen3 HF ``config.json`` are `slime.utils.arguments.hf_families.qwen3_args`.
 """
 
 from slime.backends.megatron_utils.model_provider import padded_vocab_size
 from slime.backends.megatron_utils.weight_maps import transforms as tf
 from slime.backends.megatron_utils.weight_maps.base import ConvertContext, Rule, WeightMap
-from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta, hf_shape_args
+from slime.utils.arguments.hf_config import hf_num_experts
+from slime.utils.arguments.hf_families import head_dim, rope_theta
+from slime.utils.arguments.hf_families import qwen3_moe_layer_pattern as moe_layer_pattern
 
 _L = "decoder.layers.{layer}."
 _H = "model.layers.{layer}."
@@ -80,27 +82,6 @@ def num_experts(hf_config: dict) -> int:
     return hf_num_experts(hf_config)[1]
 
 
-def moe_layer_pattern(hf_config: dict) -> list:
-    """0/1 per layer: 1 where Qwen3-MoE puts a sparse MLP (``decoder_sparse_step``, ``mlp_only_layers``)."""
-    layers = hf_config["num_hidden_layers"]
-    if not num_experts(hf_config):
-        return [0] * layers
-    step = hf_config.get("decoder_sparse_step", 1) or 1
-    dense = set(hf_config.get("mlp_only_layers") or [])
-    return [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
-
-
-def rope_theta(hf_config: dict) -> float:
-    """``rope_theta`` from the top level or ``rope_parameters`` / ``rope_scaling`` (default 10000)."""
-    value = hf_rope_theta(hf_config)[1]
-    return float(value) if value is not None else 10000.0
-
-
-def head_dim(hf_config: dict) -> int:
-    """Per-head dim (``head_dim`` or hidden / heads)."""
-    return int(hf_config.get("head_dim") or hf_config["hidden_size"] // hf_config["num_attention_heads"])
-
-
 def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1) -> WeightMap:
     """``WeightMap`` for a Qwen3 / Qwen3-MoE config; vocab padded to ``divisible_by * tp``."""
     pattern = moe_layer_pattern(hf_config)
@@ -123,35 +104,3 @@ def build_weight_map(hf_config: dict, divisible_by: int = 128, tp_size: int = 1)
         num_experts=num_experts(hf_config),
         context=context,
     )
-
-
-def megatron_args(hf_config: dict) -> dict:
-    """Megatron-LM model-shape args (dest names) equivalent to a Qwen3 HF config: the shared
-    HF key -> flag table (`hf_shape_args`) plus what the Qwen3 family implies."""
-    out = hf_shape_args(hf_config)
-    out.setdefault("norm_epsilon", 1e-6)
-    out.update(
-        group_query_attention=True,
-        num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
-        kv_channels=head_dim(hf_config),
-        normalization="RMSNorm",
-        position_embedding_type="rope",
-        rotary_base=rope_theta(hf_config),
-        rotary_percent=1.0,
-        swiglu=True,
-        add_bias_linear=False,
-        add_qkv_bias=bool(hf_config.get("attention_bias", False)),
-        qk_layernorm=True,
-        untie_embeddings_and_output_weights=not hf_config.get("tie_word_embeddings", False),
-        vocab_size=hf_config["vocab_size"],
-        max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
-    )
-    if num_experts(hf_config):
-        out.update(
-            moe_layer_freq=moe_layer_pattern(hf_config),
-            moe_router_score_function="softmax",
-            moe_router_pre_softmax=not hf_config.get("norm_topk_prob", False),
-            moe_router_load_balancing_type="aux_loss",
-            moe_aux_loss_coeff=hf_config.get("router_aux_loss_coef", 0.0),
-        )
-    return out

@@ -50,3 +50,43 @@ def test_engine_serves_family_and_updates_expert_bias(request, engine_factory, t
     after = _check_serves(url, tmp_path / "biased")
     # the new biases route differently: the first generated token's logprob moves
     assert any(abs(a[0] - b[0]) > 1e-4 for a, b in zip(after, before))
+
+
+def test_lone_mla_half_is_refused_naming_both_tensors(engine_factory, tiny_deepseek_v3_hf):
+    """SGLang fuses q_a_proj with kv_a_proj_with_mqa only from one load_weights call and drops a lone
+    half silently; the local engine refuses such an update (tensor payload and broadcast alike),
+    names both tensors and changes nothing; the two halves together load."""
+    from concurrent.futures import ThreadPoolExecutor as Pool
+
+    from slime.utils.engine_client import EngineHTTPError
+    from slime.utils.tensor_payload import serialize, use_file_system_sharing
+    from slime.utils.weight_transport import init_weight_update_group
+    from tests.unit.backends.local_engine.conftest import free_port
+
+    use_file_system_sharing()
+    url = engine_factory(tiny_deepseek_v3_hf)
+    client = SyncEngineClient(url)
+    tensors = load_file(str(tiny_deepseek_v3_hf / "model.safetensors"))
+    q_a, kv_a = "model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
+    version = client.get_weight_version()
+    with pytest.raises(EngineHTTPError) as err:
+        client.update_weights_from_tensor([serialize([(q_a, tensors[q_a].clone())])], weight_version="lone")
+    assert err.value.status == 400 and q_a in err.value.body and kv_a in err.value.body, err.value.body
+
+    port = free_port()
+    with Pool(1) as pool:
+        joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "mla_sync", "gloo")
+        group = init_weight_update_group("127.0.0.1", port, 0, 2, "mla_sync", "gloo", timeout_s=60)
+        joined.result(timeout=60)
+        done = pool.submit(client.update_weights_from_distributed, [kv_a], ["float32"],
+                           [list(tensors[kv_a].shape)], "mla_sync", True, "lone")
+        group.broadcast(tensors[kv_a].clone(), src=0)
+        with pytest.raises(EngineHTTPError) as err:
+            done.result(timeout=60)
+    client.destroy_weights_update_group("mla_sync")
+    assert err.value.status == 400 and q_a in err.value.body and kv_a in err.value.body, err.value.body
+    assert client.get_weight_version() == version
+
+    pair = [(q_a, tensors[q_a].clone()), (kv_a, tensors[kv_a].clone())]
+    client.update_weights_from_tensor([serialize(pair)], weight_version="pair")
+    assert client.get_weight_version() == "pair"

@@ -196,3 +196,34 @@ def test_glm4_moe_map_and_args():
     no_norm = _config("glm4_moe", use_qk_norm=False)
     assert not model_family(no_norm).megatron_args(no_norm)["qk_layernorm"]
     assert "decoder.layers.0.self_attention.q_layernorm.weight" not in weight_map_for(no_norm).megatron_names()
+
+
+def test_deepseek_v3_map_names_exactly_the_released_kimi_k2_tensors(repo_root):
+    """On the full released Kimi-K2 config (no tensor allocated), the DeepSeek-V3 map's HF names,
+    with the block-FP8 scales of the weights the checkpoint quantises, are exactly the tensors of
+    the released shards (tests/data/hf-configs/Kimi-K2-Instruct/weight_map_keys.txt.gz), apart from
+    the multi-token-prediction layers (index >= num_hidden_layers; Kimi-K2 has none) and the
+    rotary `inv_freq` buffers the original modeling code saved (no weight: loaders skip them)."""
+    import gzip
+    import json
+    import re
+
+    from slime.utils.fp8 import SCALE_SUFFIX, fp8_config_from_hf
+
+    folder = repo_root / "tests" / "data" / "hf-configs" / "Kimi-K2-Instruct"
+    config = json.loads((folder / "config.json").read_text())
+    released = set(gzip.decompress((folder / "weight_map_keys.txt.gz").read_bytes()).decode().split())
+    assert len(released) == 139_644
+
+    wmap = weight_map_for(config)
+    ours = {hf for mg in wmap.megatron_names() for hf in wmap.hf_names(mg)}
+    fp8 = fp8_config_from_hf(config)
+    scales = {name + SCALE_SUFFIX for name in ours if fp8.is_fp8(name)}
+    layer = re.compile(r"^model\.layers\.(\d+)\.")
+    mtp = {n for n in released if layer.match(n) and int(layer.match(n).group(1)) >= config["num_hidden_layers"]}
+    buffers = {n for n in released if n.endswith(".self_attn.rotary_emb.inv_freq")}
+    assert len(buffers) == config["num_hidden_layers"] and mtp == set()  # num_nextn_predict_layers is 0
+    expected = released - mtp - buffers
+    assert not ours & scales
+    assert sorted((ours | scales) - expected) == [], "named by the map, absent from the release"
+    assert sorted(expected - (ours | scales)) == [], "released, not named by the map"

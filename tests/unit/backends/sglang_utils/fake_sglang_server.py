@@ -29,7 +29,8 @@ def main() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     with open(os.environ["FAKE_SGLANG_RECORD"], "w", encoding="utf-8") as handle:
         json.dump({"argv": argv, "pid": os.getpid(), "child_pid": child.pid,
-                   "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}, handle)
+                   "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                   "api_key_env": os.environ.get("SLIME_API_KEY")}, handle)
     HTTPServer((host, port), Health).serve_forever()
 
 

@@ -45,7 +45,7 @@ def args():
 
 def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path, monkeypatch, caplog):
     key = "job-key-for-the-fake-server-31"
-    monkeypatch.setenv(API_KEY_ENV, key)  # the job's key reaches SGLang as --api-key, and no log line
+    monkeypatch.setenv(API_KEY_ENV, key)  # the job's key reaches SGLang by environment, never argv or a log line
     caplog.set_level("INFO")
     record = tmp_path / "record.json"
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -61,7 +61,8 @@ def test_launch_health_argv_and_stop_of_own_group_only(args, tmp_path, monkeypat
         assert seen["argv"] == engine.command[2:]
         assert seen["cuda_visible_devices"] == EIGHT_GPUS
         assert "--model-path" in seen["argv"] and seen["argv"][seen["argv"].index("--tp-size") + 1] == "8"
-        assert seen["argv"][seen["argv"].index("--api-key") + 1] == key and "started SGLang engine" in caplog.text
+        assert seen["api_key_env"] == key and "started SGLang engine" in caplog.text
+        assert not any(key in word for word in engine.command) and "--api-key" not in seen["argv"]
         assert key not in caplog.text
         assert engine.stop() is not None
         assert not engine.is_alive() and engine.poll() is not None
@@ -79,6 +80,16 @@ def test_server_that_exits_at_once_names_its_exit_code(args, tmp_path):
     with pytest.raises(RuntimeError, match=r"exited with code 3.*engine\.log"):
         launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
                log_path=str(log), timeout=60, launcher=(sys.executable, "-c", "import sys; sys.exit(3)"))
+
+
+def test_server_that_dies_names_its_own_error_first(args, tmp_path):
+    """The root cause (the engine's last exception line in its log) comes before the exit code."""
+    log = tmp_path / "engine.log"
+    died = "import sys; print('Traceback (most recent call last):'); print('ValueError: tp_size 8 > 1 GPU'); sys.exit(1)"
+    with pytest.raises(RuntimeError, match=r"^SGLang engine failed to start: ValueError: tp_size 8 > 1 GPU; .*exited "
+                       r"with code 1"):
+        launch(args, engine_rank=0, host="127.0.0.1", port=free_port(), visible_devices=EIGHT_GPUS,
+               log_path=str(log), timeout=60, launcher=(sys.executable, "-c", died))
 
 
 def test_server_that_never_answers_times_out_and_is_stopped(args):

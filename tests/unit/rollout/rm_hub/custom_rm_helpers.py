@@ -28,3 +28,18 @@ async def short_group_rm(args, samples):
 def sync_rm(args, sample):
     """A plain (non-async) custom reward function."""
     return float(len(sample.response))
+
+
+async def nan_rm(args, sample):
+    """A broken reward: NaN (e.g. a 0/0 in a score)."""
+    return float("nan")
+
+
+async def group_inf_rm(args, samples):
+    """A broken group reward: the second sample's reward is infinite."""
+    return [1.0, float("inf")] + [0.0] * (len(samples) - 2)
+
+
+async def dict_nan_rm(args, sample):
+    """A dict reward whose score is NaN."""
+    return {"score": float("nan"), "acc": False}

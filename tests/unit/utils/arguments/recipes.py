@@ -1,5 +1,8 @@
 """Reference flag sets shared by the argument tests (Qwen3-30B-A3B, as slime's scripts pass it)."""
 
+import json
+from pathlib import Path
+
 QWEN3_30B_A3B_MODEL_ARGS = (
     "--disable-bias-linear --qk-layernorm --group-query-attention --num-attention-heads 32 "
     "--num-query-groups 4 --kv-channels 128 --num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 "
@@ -34,20 +37,6 @@ QWEN3_30B_A3B_RUN_ARGS = (
 
 QWEN3_30B_A3B_ARGS = QWEN3_30B_A3B_MODEL_ARGS + QWEN3_30B_A3B_RUN_ARGS
 
-# The HF config.json fields of Qwen3-30B-A3B that check_hf_config compares.
-QWEN3_30B_A3B_HF_CONFIG = {
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "num_hidden_layers": 48,
-    "hidden_size": 2048,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000.0,
-    "tie_word_embeddings": False,
-    "vocab_size": 151936,
-}
+# Qwen3-30B-A3B's released config.json (tests/data/hf-configs, see SOURCES.md there).
+QWEN3_30B_A3B_HF_CONFIG = json.loads(
+    (Path(__file__).resolve().parents[3] / "data" / "hf-configs" / "Qwen3-30B-A3B" / "config.json").read_text())

@@ -52,15 +52,18 @@ def test_hf_config_readers_are_shared_and_the_flag_mapping_round_trips():
 
 def test_weight_map_args_start_from_the_one_hf_key_table():
     """The HF key -> flag table of validation (`hf_shape_args`) is where the weight map's args
-    come from: every field it maps reaches `megatron_args` unchanged, for MoE and dense configs."""
-    from slime.backends.megatron_utils.weight_maps import qwen3
+    come from: every field it maps reaches `megatron_args` unchanged, for MoE and dense configs,
+    and the weight maps' `megatron_args` are validation's `hf_families` entries."""
+    from slime.backends.megatron_utils.weight_maps import WEIGHT_MAPS
     from slime.utils.arguments.hf_config import hf_shape_args
+    from slime.utils.arguments.hf_families import FAMILY_ARGS
     from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_HF_CONFIG
 
     moe = {**QWEN3_30B_A3B_HF_CONFIG, "vocab_size": 151936}
     dense = {k: v for k, v in moe.items() if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
     for cfg in (moe, dense):
         table = hf_shape_args(cfg)
-        assert table and {k: qwen3.megatron_args(cfg)[k] for k in table} == table
+        assert table and {k: FAMILY_ARGS["Qwen3MoeForCausalLM"](cfg)[k] for k in table} == table
+    assert {arch: family.megatron_args for arch, family in WEIGHT_MAPS.items()} == FAMILY_ARGS
     assert "num_experts" not in hf_shape_args(dense) and "moe_router_topk" not in hf_shape_args(dense)
     assert hf_shape_args({"n_routed_experts": 4, "num_experts_per_tok": 2}) == {"num_experts": 4, "moe_router_topk": 2}
