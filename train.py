@@ -3,8 +3,9 @@ generate, train, save, sync weights, eval.
 
 Before anything starts, the pre-flight (`slime.utils.preflight`, docs/preflight.md) checks every
 input in seconds and the run folders (`--metrics-dir`, `--save`) are locked for the job's life.
-`python train.py <flags> --dry-run` parses and validates every flag, prints the resolved plan
-(placement, parallel layout, batch arithmetic, memory), one `sglang command: ` line per engine
+`python train.py <flags> --dry-run` parses and validates every flag, builds megatron-core's config
+objects as the GPU run would, prints the resolved plan (placement, parallel layout, batch
+arithmetic, memory, the configs built), one `sglang command: ` line per engine
 process (the exact launch line, hosts and ports as placeholders) and exits without starting Ray.
 """
 
@@ -59,7 +60,8 @@ def main(argv=None, entry="train", loop=None) -> int:
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
     <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
     flag this machine cannot honor (`startup_refusals`), a pre-flight finding
-    (`slime.utils.preflight`, one line each naming the flag, file and line) or a run folder in use
+    (`slime.utils.preflight`, one line each naming the flag, file and line), values megatron-core's
+    configs refuse (`check_megatron_configs`, one line naming the flags) or a run folder in use
     or holding another run; 130 interrupted (Ctrl-C). In every case the loop's JobScope has
     stopped the processes the job started."""
     from slime.utils.arguments import ArgumentError, startup_refusals
@@ -78,7 +80,12 @@ def main(argv=None, entry="train", loop=None) -> int:
 
         if problems := [f.line() for f in run_preflight(args).errors]:
             return _refuse(entry, problems)
-        print(render_plan(build_plan(args)))
+        configs, refused = _megatron_configs(args)
+        if refused:
+            return _refuse(entry, refused)
+        plan = build_plan(args)
+        plan.megatron_configs = configs
+        print(render_plan(plan))
         print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
         return 0
     try:
@@ -87,6 +94,8 @@ def main(argv=None, entry="train", loop=None) -> int:
                 return _refuse(entry, problems)
             if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
                 return _refuse(entry, refusals)
+            if refused := _megatron_configs(args)[1]:  # megatron-core's own checks, before any process group
+                return _refuse(entry, refused)
             claim_run_folder(args)
             (loop or train)(args)
     except RunFolderError as e:
@@ -99,6 +108,17 @@ def main(argv=None, entry="train", loop=None) -> int:
             raise
         return _job_failed(entry, e, args)
     return 0
+
+
+def _megatron_configs(args) -> tuple[list[tuple[str, str]], list[str]]:
+    """megatron-core's config objects, built as the run builds them (`--dry-run`: as on the GPU):
+    (plan rows, refusal lines naming the flags). Imports torch and megatron-core."""
+    from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
+
+    try:
+        return check_megatron_configs(args), []
+    except ConfigRefused as e:
+        return [], [str(e)]
 
 
 def _refuse(entry: str, lines: list[str]) -> int:

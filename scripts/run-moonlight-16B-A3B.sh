@@ -119,6 +119,9 @@ MISC_ARGS=(
    --accumulate-allreduce-grads-in-fp32
    --attention-softmax-in-fp32
    # no --attention-backend flash: MLA's 192 / 128 query-key / value head dims go to TE's fused attention
+   # megatron-core fuses MLA's rope only with YaRN (MLATransformerConfig refuses it with plain rope,
+   # Moonlight's rope_scaling is null)
+   --no-rope-fusion
 )
 
 TRAIN_ARGS=(

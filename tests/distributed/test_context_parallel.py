@@ -31,7 +31,7 @@ def _sample_logits(rollout):
     return [torch.randn(len(t) + 8, VOCAB, generator=g).requires_grad_() for t in rollout["tokens"]]
 
 
-def _loss(rollout, logits, *, estimator, cp_rank, cp_size, cp_group):
+def _loss(rollout, logits, *, estimator, cp_rank, cp_size, cp_group, per_token=False):
     from slime.backends.megatron_utils import train_step as ts
     from slime.backends.megatron_utils.packing import cp_padded_length, zigzag_positions
     from slime.utils.losses import policy_loss
@@ -47,21 +47,21 @@ def _loss(rollout, logits, *, estimator, cp_rank, cp_size, cp_group):
     loss, _ = policy_loss(log_probs=log_probs, old_log_probs=mb.tensors["log_probs"],
                           advantages=mb.tensors["advantages"], loss_masks=mb.loss_masks,
                           response_lengths=mb.packed.response_lengths, estimator=estimator, entropy=entropy,
-                          entropy_coef=0.01)
-    return loss, log_probs
+                          entropy_coef=0.01, per_token=per_token)
+    return loss, log_probs, mb
 
 
 def _worker(rank, world_size, estimator):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     rollout = _rollout()
     logits = _sample_logits(rollout)
-    whole_loss, whole_lp = _loss(rollout, logits, estimator=estimator, cp_rank=0, cp_size=1, cp_group=None)
+    whole_loss, whole_lp, _ = _loss(rollout, logits, estimator=estimator, cp_rank=0, cp_size=1, cp_group=None)
     whole_loss.backward()
     want = [x.grad.clone() for x in logits]
     for x in logits:
         x.grad = None
-    loss, log_probs = _loss(rollout, logits, estimator=estimator, cp_rank=rank, cp_size=world_size,
-                            cp_group=dist.group.WORLD)
+    loss, log_probs, _ = _loss(rollout, logits, estimator=estimator, cp_rank=rank, cp_size=world_size,
+                               cp_group=dist.group.WORLD)
     # megatron's schedule multiplies the loss by the CP size, DDP averages over data x context parallel
     (loss * world_size).backward()
     got = [x.grad / world_size for x in logits]
@@ -74,6 +74,42 @@ def _worker(rank, world_size, estimator):
         "grad_diff": max((a - b).abs().max().item() for a, b in zip(got, want)),
         "grad_scale": max(b.abs().max().item() for b in want),
     }
+
+
+def _per_token_worker(rank, world_size):
+    """--calculate-per-token-loss under CP as megatron-core 0.16 handles a 3-tuple loss: the loss
+    as returned, gradients summed over data x context parallel ranks (DDP without averaging), then
+    divided by the token counts summed over them (finalize_model_grads)."""
+    from slime.backends.megatron_utils import train_step as ts
+
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    rollout = _rollout()
+    logits = _sample_logits(rollout)
+    whole_loss, _, whole_mb = _loss(rollout, logits, estimator="grpo", cp_rank=0, cp_size=1, cp_group=None,
+                                    per_token=True)
+    tokens = float(sum(m.sum() for m in whole_mb.loss_masks))
+    (whole_loss / tokens).backward()
+    want = [x.grad.clone() for x in logits]
+    for x in logits:
+        x.grad = None
+    loss, _, mb = _loss(rollout, logits, estimator="grpo", cp_rank=rank, cp_size=world_size,
+                        cp_group=dist.group.WORLD, per_token=True)
+    out_loss, num_tokens, _ = ts.megatron_loss_output(loss, mb, {}, scale=float("nan"), per_token=True)
+    out_loss.backward()
+    got = [x.grad.clone() for x in logits]
+    for grad in got:
+        dist.all_reduce(grad)
+    dist.all_reduce(num_tokens)
+    dist.destroy_process_group()
+    return {"grad_diff": max((a / num_tokens - b).abs().max().item() for a, b in zip(got, want)),
+            "grad_scale": max(b.abs().max().item() for b in want)}
+
+
+def test_cp2_per_token_loss_gradients_equal_unsplit(tmp_path):
+    """gpu-first-contact trainer item 5 under CP: the per-token loss output (loss * CP, whole token
+    count on each CP rank) gives the unsplit gradient divided by the true token count."""
+    for r in spawn(_per_token_worker, 2, tmp_path):
+        assert r["grad_scale"] > 1e-3 and r["grad_diff"] <= 1e-6, r
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gspo"])  # gspo: a sequence-level ratio needs whole samples

@@ -58,3 +58,14 @@ def test_sft_steps_lower_the_masked_nll(tiny_dense_hf, tmp_path):
     losses = [m["train/loss"] for m in metrics]
     assert losses[0] > losses[1] > 0, losses
     assert not any(key.startswith("train/pg_") or key == "train/ppo_kl" for key in metrics[0])
+
+
+def test_per_token_loss_gradients_do_not_grow_with_data_parallel(tiny_dense_hf, tmp_path):
+    """gpu-first-contact trainer item 5: with --calculate-per-token-loss megatron sums gradients over
+    DP and divides by the global token count the loss function reports; two data-parallel ranks
+    give one rank's loss and gradient norm (not twice it)."""
+    per_token = ["--calculate-per-token-loss"]
+    one = train_metrics(tiny_dense_hf, 1, per_token, tmp_path, tag="one")[0]
+    two = train_metrics(tiny_dense_hf, 2, per_token, tmp_path, tag="two")[0]
+    for key in ("train/loss", "train/grad_norm", "train/pg_loss"):
+        assert two[key] == pytest.approx(one[key], rel=REL), f"{key}: dp2 {two[key]} vs one rank {one[key]}"

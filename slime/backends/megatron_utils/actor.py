@@ -245,7 +245,7 @@ class MegatronTrainer(DataSplitMixin):
         mbs = self._micro_batches(rollout_data, step, args.max_tokens_per_gpu, keys=keys, routing="replay")
         scale, norm = self._loss_scale(rollout_data, step, len(mbs))
         loss_fn = partial(ts.train_loss_fn, compute_loss=self._compute_loss, scale=scale,
-                          check_finite=args.check_for_nan_in_loss_and_grad,
+                          per_token=args.calculate_per_token_loss, check_finite=args.check_for_nan_in_loss_and_grad,
                           **self._logprob_kw(with_entropy=True))  # entropy is always reported
         for model in state.model:
             model.zero_grad_buffer()

@@ -10,6 +10,7 @@ modules or touches process groups.
 import argparse
 import importlib.util
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -166,35 +167,87 @@ def _kernel_available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _fusion_fields(args: argparse.Namespace) -> dict:
+@dataclass(frozen=True)
+class Kernels:
+    """What the run's machine has that decides megatron-core's config values: CUDA, Transformer
+    Engine and apex's ``fused_weight_gradient_mlp_cuda`` (the weight-gradient accumulation kernel
+    megatron's ``ColumnParallelLinear``, GPTModel's output layer, needs whatever
+    ``--transformer-impl``). ``here()`` probes this machine (the run itself); the dry run passes
+    ``of_recipe(args)``, for a GPU recipe ``gpu_run()``, the machine ``docs/gpu-guide.md`` sets up,
+    so it builds the GPU run's configs on any machine."""
+
+    cuda: bool
+    transformer_engine: bool
+    apex_grad_accum: bool
+
+    @classmethod
+    def here(cls) -> "Kernels":
+        return cls(cuda=torch.cuda.is_available(), transformer_engine=_kernel_available("transformer_engine"),
+                   apex_grad_accum=_kernel_available("fused_weight_gradient_mlp_cuda"))
+
+    @classmethod
+    def gpu_run(cls, apex_grad_accum: bool = True) -> "Kernels":
+        return cls(cuda=True, transformer_engine=True, apex_grad_accum=apex_grad_accum)
+
+    @classmethod
+    def of_recipe(cls, args: argparse.Namespace) -> "Kernels":
+        """The machine a recipe is written for, whatever machine reads it: a CPU one (no CUDA, no
+        kernels) with ``--distributed-backend gloo`` (the CPU recipes), else `gpu_run`."""
+        if getattr(args, "distributed_backend", "nccl") == "gloo":
+            return cls(cuda=False, transformer_engine=False, apex_grad_accum=False)
+        return cls.gpu_run()
+
+
+# TransformerConfig fusion field -> (args dest, the flag that turns it off)
+FUSION_FLAGS = {
+    "masked_softmax_fusion": ("masked_softmax_fusion", "--no-masked-softmax-fusion"),
+    "bias_activation_fusion": ("bias_swiglu_fusion", "--no-bias-swiglu-fusion"),
+    "apply_rope_fusion": ("apply_rope_fusion", "--no-rope-fusion"),
+    "gradient_accumulation_fusion": ("gradient_accumulation_fusion", "--no-gradient-accumulation-fusion"),
+}
+
+
+# Config fields set from a flag whose dest has another name (besides the copy tables above).
+_DERIVED_FIELDS = {
+    "gated_linear_unit": "swiglu", "activation_func": "swiglu", "num_moe_experts": "num_experts",
+    "params_dtype": "bf16", "pipeline_dtype": "bf16", "moe_flex_dispatcher_backend": "moe_enable_deepep",
+    "fp8": "fp8_format", "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+    "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad", "bucket_size": "ddp_bucket_size",
+    "average_in_collective": "ddp_average_in_collective",
+}
+
+
+def config_field_dests() -> dict[str, str]:
+    """megatron-core config field -> the args dest it is built from, where the names differ (for
+    naming our flags in megatron-core's messages); a field missing here has its dest's name."""
+    table = {dst: src for src, dst in {**_TRANSFORMER_FIELDS, **_MLA_FIELDS}.items() if src != dst}
+    return {**table, **_DERIVED_FIELDS, **{field: dest for field, (dest, _) in FUSION_FLAGS.items()}}
+
+
+def _fusion_fields(args: argparse.Namespace, kernels: Kernels | None = None) -> dict:
     """Megatron-LM's fusions: on by default on GPU, each turned off by its ``--no-*-fusion`` flag
     (Megatron-LM's mapping: ``--no-bias-swiglu-fusion`` -> ``bias_activation_fusion`` with
     ``--swiglu``). Without CUDA every fusion is off (their kernels are CUDA kernels). A fusion whose
-    kernel package is missing on GPU (rope: Transformer Engine; weight-grad accumulation: Transformer
-    Engine with ``--transformer-impl transformer_engine``, else apex's ``fused_weight_gradient_mlp_cuda``)
-    is turned off with a warning naming the flag that silences it."""
-    names = ("masked_softmax_fusion", "bias_activation_fusion", "apply_rope_fusion", "gradient_accumulation_fusion")
-    if not torch.cuda.is_available():
-        return dict.fromkeys(names, False)
-    te = _kernel_available("transformer_engine")
-    wanted = {
-        "masked_softmax_fusion": (getattr(args, "masked_softmax_fusion", True), True, "--no-masked-softmax-fusion"),
-        "bias_activation_fusion": (getattr(args, "bias_swiglu_fusion", True) and bool(getattr(args, "swiglu", False)),
-                                   True, "--no-bias-swiglu-fusion"),
-        "apply_rope_fusion": (getattr(args, "apply_rope_fusion", True)
-                              and getattr(args, "position_embedding_type", "rope") == "rope", te, "--no-rope-fusion"),
-        "gradient_accumulation_fusion": (
-            getattr(args, "gradient_accumulation_fusion", True),
-            te if getattr(args, "transformer_impl", None) == "transformer_engine"
-            else _kernel_available("fused_weight_gradient_mlp_cuda"),
-            "--no-gradient-accumulation-fusion"),
-    }
+    kernel is missing on GPU is turned off with a warning naming the flag that silences it, as
+    Megatron-LM does: rope needs Transformer Engine; weight-gradient accumulation needs apex's
+    ``fused_weight_gradient_mlp_cuda`` even with Transformer Engine (megatron's
+    ``ColumnParallelLinear`` output layer raises at construction without it)."""
+    kernels = kernels or Kernels.here()
+    if not kernels.cuda:
+        return dict.fromkeys(FUSION_FLAGS, False)
+    wanted = {name: getattr(args, dest, True) for name, (dest, _) in FUSION_FLAGS.items()}
+    wanted["bias_activation_fusion"] = wanted["bias_activation_fusion"] and bool(getattr(args, "swiglu", False))
+    wanted["apply_rope_fusion"] = (wanted["apply_rope_fusion"]
+                                   and getattr(args, "position_embedding_type", "rope") == "rope")
+    available = {"apply_rope_fusion": (kernels.transformer_engine, "Transformer Engine"),
+                 "gradient_accumulation_fusion": (kernels.apex_grad_accum, "apex's fused_weight_gradient_mlp_cuda")}
     out = {}
-    for name, (on, available, flag) in wanted.items():
-        out[name] = bool(on and available)
-        if on and not available:
-            logger.warning("%s: its kernel is not installed (Transformer Engine / apex); turned off (pass %s "
-                           "to silence this)", name, flag)
+    for name, on in wanted.items():
+        present, package = available.get(name, (True, ""))
+        out[name] = bool(on and present)
+        if on and not present:
+            logger.warning("%s: %s is not installed; turned off (pass %s to silence this)",
+                           name, package, FUSION_FLAGS[name][1])
     return out
 
 
@@ -231,17 +284,19 @@ def _mla_fields(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def transformer_config_from_args(args: argparse.Namespace, **overrides):
+def transformer_config_from_args(args: argparse.Namespace, kernels: Kernels | None = None, **overrides):
     """Build megatron-core ``TransformerConfig`` (``MLATransformerConfig`` with
     ``--multi-latent-attention``) for Qwen3, DeepSeek-V3 and GLM-4.5 families from Megatron-LM args.
 
     RMSNorm / LayerNorm from ``--normalization``, SwiGLU (gated linear unit + silu) from
     ``--swiglu``, bias from ``--disable-bias-linear`` (``add_bias_linear``), fp32 unless
-    ``--bf16`` / ``--fp16``. ``overrides`` are passed last (e.g. ``pipeline_dtype``).
+    ``--bf16`` / ``--fp16``. ``kernels``: the run's machine (default: this one; see `Kernels`).
+    ``overrides`` are passed last (e.g. ``pipeline_dtype``).
     """
     from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
-    if getattr(args, "moe_permute_fusion", False) and importlib.util.find_spec("transformer_engine") is None:
+    kernels = kernels or Kernels.here()
+    if getattr(args, "moe_permute_fusion", False) and not kernels.transformer_engine:
         raise ImportError(
             "--moe-permute-fusion needs Transformer Engine's fused permute kernels (GPU); "
             "install transformer_engine or drop the flag"
@@ -266,9 +321,9 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
         fp16=dtype == torch.float16,
         bias_dropout_fusion=False,
         persist_layer_norm=False,
-        use_cpu_initialization=not torch.cuda.is_available(),
+        use_cpu_initialization=not kernels.cuda,
     )
-    kwargs.update(_fusion_fields(args))
+    kwargs.update(_fusion_fields(args, kernels))
     kwargs.update(_attention_backend_field(args))
     kwargs.update(_group_query_fields(args))
     kwargs.update(_moe_fields(args))
@@ -281,8 +336,9 @@ def transformer_config_from_args(args: argparse.Namespace, **overrides):
     return TransformerConfig(**kwargs)
 
 
-def optimizer_config_from_args(args: argparse.Namespace):
-    """Build megatron-core ``OptimizerConfig`` (adam / sgd, lr, betas, eps, wd, clip, offload)."""
+def optimizer_config_from_args(args: argparse.Namespace, kernels: Kernels | None = None):
+    """Build megatron-core ``OptimizerConfig`` (adam / sgd, lr, betas, eps, wd, clip, offload);
+    ``kernels`` as in `transformer_config_from_args`."""
     from megatron.core.optimizer import OptimizerConfig
 
     dtype = params_dtype_from_args(args)
@@ -312,7 +368,7 @@ def optimizer_config_from_args(args: argparse.Namespace):
     elif kwargs["optimizer_cpu_offload"]:
         kwargs["optimizer_offload_fraction"] = 1.0
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    if kwargs["use_precision_aware_optimizer"] and importlib.util.find_spec("transformer_engine") is None:
+    if kwargs["use_precision_aware_optimizer"] and not (kernels or Kernels.here()).transformer_engine:
         raise ImportError(
             "--use-precision-aware-optimizer needs Transformer Engine (megatron-core checks its "
             "version and FusedAdam); install transformer_engine on GPU or drop the flag"

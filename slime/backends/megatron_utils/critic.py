@@ -96,7 +96,8 @@ def value_train_loss_fn(mb: ts.MicroBatch, output: torch.Tensor, *, value_clip: 
     loss = reduce(losses)
     metrics = {"value_loss": loss, "value_clipfrac": reduce(clipfrac), "values_mean": reduce(values),
                "returns_mean": reduce(returns)}
-    return loss * scale, {"metrics": {k: v.detach().float() for k, v in metrics.items()}}
+    report = {"metrics": {k: v.detach().float() for k, v in metrics.items()}}
+    return ts.megatron_loss_output(loss, mb, report, scale=scale, per_token=per_token)
 
 
 def gather_samples(local: dict[int, torch.Tensor], n: int) -> list[torch.Tensor | None]:

@@ -8,10 +8,11 @@ holds the whole micro-batch's tensors, then into the loss of `--loss-type`. Loss
 the step's gradient that of the mean over the global batch of each sample's mean token loss
 (slime's reduction), whatever the DP size and the number of micro-batches: megatron divides each
 micro-batch loss by the number of micro-batches and DDP averages over data-parallel ranks, so
-each micro-batch loss is multiplied by `num_microbatches * dp_size / global_batch_size` (or
-divided by the step's masked-token count with `--calculate-per-token-loss`). Under CP the
-schedule multiplies the loss by the CP size and DDP averages over data x context parallel ranks,
-which cancel: each CP rank back-propagates the whole loss through its own positions only.
+each micro-batch loss is multiplied by `num_microbatches * dp_size / global_batch_size`. Under CP
+the schedule multiplies the loss by the CP size and DDP averages over data x context parallel
+ranks, which cancel: each CP rank back-propagates the whole loss through its own positions only.
+With `--calculate-per-token-loss` megatron normalises instead (see `megatron_loss_output`): the
+loss function returns its token count and megatron divides the summed gradients by the global one.
 """
 
 from __future__ import annotations
@@ -135,10 +136,30 @@ def log_prob_loss_fn(mb: MicroBatch, logits: torch.Tensor, **logprob_kw):
     return torch.zeros((), device=logits.device), out
 
 
+def megatron_loss_output(loss: torch.Tensor, mb: MicroBatch, report: dict, *, scale: float, per_token: bool) -> tuple:
+    """What a loss function hands megatron-core's schedule (0.16 `forward_step_calc_loss`).
+
+    Per sample (`per_token` False): ``(loss * scale, report)``; megatron multiplies a 2-tuple's loss
+    by the CP size and divides it by the micro-batch count, and DDP averages over DP x CP, which
+    `scale` (``num_microbatches * dp / global_batch_size``) undoes.
+    Per token (``--calculate-per-token-loss``, set on TransformerConfig too): ``(loss * cp,
+    num_tokens, report)`` with `loss` the micro-batch's summed token losses: megatron leaves a
+    3-tuple's loss as is, DDP sums gradients over DP x CP, and `finalize_model_grads` divides them
+    by ``num_tokens`` summed over every micro-batch and DP x CP rank. Every CP rank holds the whole
+    micro-batch's loss and counts all its tokens (CP times the true count in that sum), hence the
+    factor CP (slime's convention). A 2-tuple here would give gradients DP x CP times too large:
+    summed, never divided (megatron's token count stays 0)."""
+    if not per_token:
+        return loss * scale, report
+    num_tokens = sum(mask.sum() for mask in mb.loss_masks).to(device=loss.device, dtype=torch.int)
+    return loss * mb.packed.cp_size, num_tokens, report
+
+
 def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callable, scale: float,
-                  check_finite: bool = False, **logprob_kw):
+                  per_token: bool = False, check_finite: bool = False, **logprob_kw):
     """Training loss function: `compute_loss(mb, log_probs, entropy, logits) -> (loss, metrics)`
-    where metrics are sums over the micro-batch's samples; returns the scaled loss for backward.
+    where metrics are sums over the micro-batch's samples; returns what megatron's schedule takes
+    (`megatron_loss_output`; `scale` is used without `per_token` only).
     log_probs/entropy are whole (unsplit) on every CP rank; `logits` are this rank's row.
     `check_finite` (Megatron-LM's check_for_nan_in_loss_and_grad): a NaN/Inf loss raises."""
     log_probs, entropy = response_log_probs(logits, mb, **logprob_kw)
@@ -148,4 +169,4 @@ def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callabl
                            "(checked because --no-check-for-nan-in-loss-and-grad is not given)")
     metrics = {k: v.detach().float() for k, v in metrics.items()}
     metrics["loss"] = loss.detach().float()
-    return loss * scale, {"metrics": metrics}
+    return megatron_loss_output(loss, mb, {"metrics": metrics}, scale=scale, per_token=per_token)

@@ -57,6 +57,9 @@ class Plan:
     timeline: list[Phase] | None = None  # colocated: one GPU's memory per hand-over phase
     critic: CriticPlan | None = None  # --advantage-estimator ppo
     features: list[tuple[str, str]] = field(default_factory=list)  # (flag, note): GPU-only / refused / spec
+    # (config, summary): megatron-core's config objects the entry point built (the dry run: as on GPU);
+    # set by the entry point, which may import the backend (this package may not)
+    megatron_configs: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:

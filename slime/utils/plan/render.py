@@ -168,12 +168,14 @@ def _timeline(plan: Plan) -> str:
 def render_plan(plan: Plan) -> str:
     """Human-readable plan: Placement, Parallel layout, Batch arithmetic, Memory per trainer GPU,
     (with ppo) Critic memory per GPU, Host RAM per node, Engine memory, Colocated timeline per GPU,
-    Features (layer spec, GPU-only and refused flags), Warnings. Contains no secrets (none are in
+    Features (layer spec, GPU-only and refused flags), megatron-core configs (the config objects
+    the entry point built, when it set them), Warnings. Contains no secrets (none are in
     the plan)."""
     warnings = [("warning", w) for w in plan.warnings] or [("warnings", "none")]
     features = plan.features or [("features", "none")]
     parts = [_placement(plan), _layout(plan), _batch(plan), _trainer(plan)]
     parts += [_critic(plan)] if plan.critic is not None else []
-    parts += [_host(plan), _engine(plan), _timeline(plan), _section("Features", features),
-              _section("Warnings", warnings)]
+    parts += [_host(plan), _engine(plan), _timeline(plan), _section("Features", features)]
+    parts += [_section("megatron-core configs", plan.megatron_configs)] if plan.megatron_configs else []
+    parts += [_section("Warnings", warnings)]
     return "\n\n".join(parts) + "\n"

@@ -147,7 +147,8 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
 
 # Flags of the outside commands the GPU guide shows (ray, torchrun, huggingface-cli, pip).
 EXTERNAL_FLAGS = {"--address", "--disable-usage-stats", "--head", "--local-dir", "--no-build-isolation",
-                  "--node-ip-address", "--nproc-per-node", "--num-gpus", "--repo-type"}
+                  "--node-ip-address", "--nproc-per-node", "--num-gpus", "--repo-type",
+                  "--config-settings", "--build-option", "--cpp", "--cuda"}  # pip's apex build (--cpp_ext, --cuda_ext)
 FLAG_RE = r"(?<![\w-])--[a-z][a-z0-9-]*"
 
 

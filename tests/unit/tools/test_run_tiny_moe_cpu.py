@@ -27,6 +27,10 @@ def test_dry_run_builds_once_and_validates(repo_root, tmp_path):
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "dry run done" in first.stdout
     assert "global batch size" in first.stdout  # train.py printed its plan
+    # megatron-core's configs built as the CPU run builds them (--distributed-backend gloo: no fusions)
+    configs = first.stdout.split("== megatron-core configs")[1].split("\n\n")[0]
+    assert "actor TransformerConfig" in configs and "torch.float32, fusions: none" in configs
+    assert "actor OptimizerConfig" in configs and "actor DDP config" in configs
     built = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.is_file()}
     names = {p.name for p in built}
     assert {"model.safetensors", "config.json", "train.jsonl", "eval.jsonl"} <= names

@@ -1,6 +1,7 @@
 """TransformerConfig / OptimizerConfig / DDP config built from Megatron-LM args."""
 
 import argparse
+import contextlib
 import importlib.util
 
 import pytest
@@ -104,16 +105,6 @@ def test_moe_layer_freq_forms():
         parse_moe_layer_freq("[1, 1]", 3)
 
 
-PERF_AND_OPTIMIZER_ARGS = [
-    "--tensor-model-parallel-size", "4", "--sequence-parallel", "--pipeline-model-parallel-size", "1",
-    "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
-    "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
-    "--optimizer", "adam", "--lr", "1e-6", "--weight-decay", "0.1", "--adam-beta1", "0.9",
-    "--adam-beta2", "0.98", "--use-distributed-optimizer", "--optimizer-cpu-offload",
-    "--overlap-cpu-optimizer-d2h-h2d", "--accumulate-allreduce-grads-in-fp32", "--bf16",
-]
-
-
 def _parse_script_args(script, extra):
     from slime.utils.arguments import megatron as megatron_domain
     from tests.unit.backends.megatron_utils.convert_util import model_args
@@ -126,19 +117,34 @@ def _parse_script_args(script, extra):
     return args
 
 
-def test_configs_from_the_launch_scripts():
-    args = _parse_script_args("qwen3-30B-A3B.sh", PERF_AND_OPTIMIZER_ARGS)
-    if importlib.util.find_spec("transformer_engine") is None:
-        with pytest.raises(ImportError, match="--moe-permute-fusion needs Transformer Engine"):
-            transformer_config_from_args(args)
-        args.moe_permute_fusion = False
-    cfg = transformer_config_from_args(args)
+def _recipe_configs(repo_root, tmp_path, script):
+    """The GPU run's three configs from ``scripts/<script>``'s flags, verbatim (Transformer Engine's
+    probes answered as on the GPU machine when it is not installed here)."""
+    from slime.backends.megatron_utils.config import Kernels
+    from slime.backends.megatron_utils.config_check import transformer_engine_as_on_gpu
+    from slime.utils.arguments import parse_args
+    from tests.unit.tools.recipe_argv import recipe_argv
+
+    entry, argv = recipe_argv(repo_root, script, tmp_path)
+    args = parse_args(argv, entry=entry)
+    gpu = Kernels.gpu_run()
+    stand_in = transformer_engine_as_on_gpu() if importlib.util.find_spec("transformer_engine") is None else None
+    with stand_in or contextlib.nullcontext():
+        return (transformer_config_from_args(args, gpu), optimizer_config_from_args(args, gpu),
+                ddp_config_from_args(args))
+
+
+def test_configs_from_the_launch_scripts(repo_root, tmp_path):
+    """The recipe's own flags (nothing added or dropped): CPU Adam with the precision-aware
+    optimizer builds, which needs the distributed optimizer (gpu-first-contact trainer item 1)."""
+    cfg, opt, ddp = _recipe_configs(repo_root, tmp_path, "run-qwen3-30B-A3B.sh")
     assert cfg.num_moe_experts == 128 and cfg.moe_layer_freq == [1] * 48 and cfg.moe_grouped_gemm
-    assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.bf16
+    assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.bf16 and cfg.moe_permute_fusion
     assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.sequence_parallel
-    opt = optimizer_config_from_args(args)
+    assert cfg.apply_rope_fusion and cfg.gradient_accumulation_fusion and not cfg.use_cpu_initialization
     assert opt.use_distributed_optimizer and opt.optimizer_cpu_offload and opt.lr == 1e-6
-    assert ddp_config_from_args(args).grad_reduce_in_fp32
+    assert opt.use_precision_aware_optimizer and opt.optimizer_offload_fraction == 1.0
+    assert ddp.grad_reduce_in_fp32 and ddp.use_distributed_optimizer
     tiny = _parse_script_args("qwen3-tiny-moe.sh", [])
     tiny_cfg = transformer_config_from_args(tiny)
     assert tiny_cfg.num_moe_experts == 8 and tiny_cfg.params_dtype == torch.float32
@@ -212,7 +218,7 @@ def test_gpu_feature_fields_and_nan_check():
     assert not ddp_config_from_args(_args(TINY_DENSE, check_for_nan_in_loss_and_grad=False)).check_for_nan_in_grad
 
 
-def test_family_configs_from_the_tiny_scripts():
+def test_family_configs_from_the_tiny_scripts(repo_root, tmp_path):
     """MLA (MLATransformerConfig with YaRN), group-limited sigmoid routing with expert bias and
     shared experts reach megatron-core's config; GLM-4.5's partial rotary and QKV bias too."""
     from megatron.core.transformer import MLATransformerConfig
@@ -226,10 +232,9 @@ def test_family_configs_from_the_tiny_scripts():
     assert ds.moe_router_num_groups == 4 and ds.moe_router_group_topk == 1
     assert ds.moe_router_topk_scaling_factor == 2.5 and ds.moe_router_bias_update_rate == 0.0
     assert ds.moe_shared_expert_intermediate_size == 32 and ds.moe_layer_freq == [0, 1]
-    moonlight = _parse_script_args("moonlight-16B-A3B.sh", [])
-    moonlight.moe_permute_fusion, moonlight.moe_grouped_gemm = False, False
-    plain = transformer_config_from_args(moonlight)
-    assert plain.q_lora_rank is None and plain.rope_type == "rope"
+    plain = _recipe_configs(repo_root, tmp_path, "run-moonlight-16B-A3B.sh")[0]
+    assert plain.q_lora_rank is None and plain.rope_type == "rope" and not plain.apply_rope_fusion
+    assert plain.moe_permute_fusion and plain.moe_grouped_gemm
     glm = transformer_config_from_args(_parse_script_args("glm4.5-tiny.sh", []))
     assert not glm.multi_latent_attention and glm.add_qkv_bias and glm.qk_layernorm
     assert glm.moe_router_enable_expert_bias and glm.moe_router_num_groups is None
@@ -247,3 +252,19 @@ def test_family_flag_validation_names_the_flag(script, extra, message):
 
     with pytest.raises(ArgumentError, match=message):
         _parse_script_args(script, extra)
+
+
+def test_gradient_accumulation_fusion_needs_apex_even_with_transformer_engine(monkeypatch, caplog):
+    """gpu-first-contact trainer item 3: with TE but without apex's fused_weight_gradient_mlp_cuda
+    the fusion is off with a warning (GPTModel's output layer, megatron's ColumnParallelLinear,
+    raises at construction without that module whatever --transformer-impl)."""
+    from slime.backends.megatron_utils import config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(config, "_kernel_available", lambda module: module == "transformer_engine")
+    fields = config._fusion_fields(_args(TINY_DENSE, position_embedding_type="rope",
+                                         transformer_impl="transformer_engine"))
+    assert fields["apply_rope_fusion"] and not fields["gradient_accumulation_fusion"]
+    assert ("gradient_accumulation_fusion: apex's fused_weight_gradient_mlp_cuda is not installed; turned off "
+            "(pass --no-gradient-accumulation-fusion to silence this)") in caplog.text
+    assert config._fusion_fields(_args(TINY_DENSE), config.Kernels.gpu_run())["gradient_accumulation_fusion"]
