@@ -32,6 +32,11 @@ from slime.utils.security import job_api_key, redact_argv
 
 logger = logging.getLogger(__name__)
 
+# Variables every launched SGLang server gets (a caller's `env` wins). /health generates a token
+# unless told not to (0.5.15.post1 and 0.5.23): a probe would then put a request in flight and race
+# /release_memory_occupation, which SGLang runs only when idle. /health_generate still generates.
+SGLANG_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
+
 
 class EngineHandle(Protocol):
     """What a launched engine of any kind offers the rollout side."""
@@ -170,7 +175,7 @@ def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | 
     `num_engines` None means --rollout-num-gpus / --rollout-num-gpus-per-engine; `nccl_port` None
     picks a free port on `host`; `base_gpu_id` counts within the visible devices. See
     `sglang_server_args` for the fields and `SGLangEngine` for devices, logs and the launcher. The
-    engine's --api-key is the job's (`$SLIME_API_KEY`; none when unset).
+    engine's --api-key is the job's (`$SLIME_API_KEY`; none when unset); `SGLANG_ENV` is set.
     """
     if num_engines is None:
         num_engines = args.rollout_num_gpus // args.rollout_num_gpus_per_engine
@@ -178,7 +183,8 @@ def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | 
         args, engine_rank=engine_rank, num_engines=num_engines, host=host, port=port,
         nccl_port=nccl_port if nccl_port is not None else free_port(host), dist_init_addr=dist_init_addr,
         base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args), api_key=job_api_key())
-    return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
+    return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env={**SGLANG_ENV, **(env or {})},
+                        launcher=launcher)
 
 
 def launch(args, *, timeout: float | None = None, **where) -> SGLangEngine:
