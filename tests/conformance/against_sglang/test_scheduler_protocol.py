@@ -216,6 +216,24 @@ class SchedulerState:
         return self.idle
 
 
+@pytest.fixture
+def trainer_reductions():
+    """torch's own tensor reductions while our sender runs: another check of this process may have
+    applied SGLang's `monkey_patch_torch_reductions` (engine-side; 0.5.15.post1's then breaks CPU
+    tensors), which a trainer process never does. Put back afterwards."""
+    from torch.multiprocessing import reductions
+
+    original = getattr(reductions, "_reduce_tensor_original", None)
+    patched = reductions.reduce_tensor
+    if original is not None:
+        reductions.reduce_tensor = original
+        reductions.init_reductions()
+    yield
+    if original is not None:
+        reductions.reduce_tensor = patched
+        reductions.init_reductions()
+
+
 @pytest.fixture(scope="module")
 def cpu_group():
     import torch.distributed as dist
@@ -277,7 +295,8 @@ def replay(calls: list, manager, state) -> list[str]:
 
 
 @pytest.mark.parametrize("sequence", [colocated_sync, distributed_sync, release_resume_cycle])
-def test_sglang_scheduler_accepts_our_control_sequence(sequence, sglang_version, cpu_group, monkeypatch):
+def test_sglang_scheduler_accepts_our_control_sequence(sequence, sglang_version, cpu_group, monkeypatch,
+                                                       trainer_reductions):
     from slime.utils.engine_protocol import protocol_for
 
     engine = RecordingEngine(sglang_version)
