@@ -5,8 +5,8 @@ Owns `EngineMemory`, behind `POST /release_memory_occupation` and `/resume_memor
 The tags are SGLang's (`sglang.srt.constants`): ``weights``, ``kv_cache``, ``cuda_graph``.
 
 - ``kv_cache``: the KV cache tensors are dropped (requests still queued while generation is paused
-  are aborted). This engine's
-  cache grows per batch (no preallocated pool), so resuming only lets it be built again.
+  are aborted). This engine's cache grows per batch (no preallocated pool), so resuming only lets
+  it be built again.
 - ``weights``: the parameters are moved away -- on CUDA into host memory, on CPU into a torch file
   in a private temp dir -- and become empty tensors; resuming puts the same bytes back. Weight
   updates are refused while the weights are released, accepted as soon as they are resumed (the
