@@ -189,6 +189,7 @@ def _engine_sync_s(url: str, named: dict[str, torch.Tensor], rounds: int) -> flo
     times = []
     for r in range(rounds):
         start = time.perf_counter()
+        client.begin_weight_update()  # a sync is one session (SGLang 0.5.23's protocol, the engine's)
         call = threading.Thread(target=client.update_weights_from_distributed, args=(
             names, [str(named[n].dtype).removeprefix("torch.") for n in names], [list(named[n].shape) for n in names],
             "bench", True, f"bench-{r}"))
@@ -196,6 +197,7 @@ def _engine_sync_s(url: str, named: dict[str, torch.Tensor], rounds: int) -> flo
         for n in names:
             group.broadcast(named[n], src=0)
         call.join()
+        client.end_weight_update()
         times.append(time.perf_counter() - start)
     client.destroy_weights_update_group("bench")
     return min(times)

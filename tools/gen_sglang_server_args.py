@@ -1,5 +1,6 @@
-"""Write slime/utils/arguments/sglang_server_args.json: the options of an SGLang release's
-launch_server (name, flag, kind, choices, default, help), read from that release's own parser.
+"""Write slime/utils/arguments/sglang_server_args*.json: the options of an SGLang release's
+launch_server (name, flag, kind, choices, default, help), read from that release's own parser
+(one file per supported release, `RELEASE_FILES`).
 
 SGLang 0.5.23 no longer declares ServerArgs as one dataclass: its fields live in namespace classes
 under ``sglang/srt/arg_groups/fields/`` (msgspec Structs, ``A[T, Arg(...)]`` annotations with cli
@@ -22,7 +23,7 @@ import json
 import logging
 from pathlib import Path
 
-from slime.utils.arguments.sglang_fields import FALLBACK_FILE, entries_from_parser, sglang_parser
+from slime.utils.arguments.sglang_fields import RELEASE_FILES, entries_from_parser, sglang_parser
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +40,17 @@ def main() -> None:
     """Parse the command line, read the release's options and write the JSON table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, help="SGLang version expected on the import path.")
-    parser.add_argument("--out", default=str(FALLBACK_FILE), help="Output JSON path.")
+    parser.add_argument("--out", default=None, help="Output JSON path (default: the release's file of "
+                        "RELEASE_FILES in slime/utils/arguments/).")
     cli = parser.parse_args()
     fields = read_fields(cli.version)
     data = {"sglang_version": cli.version, "source": "sglang.srt.server_args.ServerArgs.add_cli_args",
             "fields": fields}
-    Path(cli.out).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    logger.info("wrote %d options of sglang %s to %s", len(fields), cli.version, cli.out)
+    out = cli.out or RELEASE_FILES.get(cli.version)
+    if out is None:
+        raise SystemExit(f"sglang {cli.version} is not in RELEASE_FILES ({', '.join(RELEASE_FILES)}): give --out")
+    Path(out).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    logger.info("wrote %d options of sglang %s to %s", len(fields), cli.version, out)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ import ray
 from slime.backends.local_engine.launcher import launch_local_engine, stop_local_engine
 from slime.ray.access import bind_host, job_weight_dirs, trainer_hosts
 from slime.ray.placement import JobPlacement, PlacementPlan
-from slime.utils.engine_client import SyncEngineClient
+from slime.utils import engine_protocol
+from slime.utils.engine_client import SyncEngineClient, run_with_client
 from slime.utils.misc import free_port, free_port_block
 
 logger = logging.getLogger(__name__)
@@ -253,12 +254,14 @@ class RolloutEngine:
 
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Ask the server to release the memory of SGLang's `tags` (weights, kv_cache,
-        cuda_graph; None: all) (`POST /release_memory_occupation`)."""
-        SyncEngineClient(self._url).release_memory_occupation(tags)
+        cuda_graph; None: all) once it is idle (`engine_protocol.release_memory`: /flush_cache
+        retried until 200, then `POST /release_memory_occupation`)."""
+        run_with_client(self._url, lambda c: engine_protocol.release_memory(c, tags))
 
     def resume_memory(self, tags: list[str] | None = None) -> None:
-        """Ask the server to take the memory of `tags` back (`POST /resume_memory_occupation`)."""
-        SyncEngineClient(self._url).resume_memory_occupation(tags)
+        """Ask the server to take the memory of `tags` back (`POST /resume_memory_occupation`;
+        only tags it released)."""
+        run_with_client(self._url, lambda c: engine_protocol.resume_memory(c, tags))
 
 
 def engine_positions(args, placement: JobPlacement, rollout_bundles=None) -> list[int]:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import threading
@@ -121,6 +122,27 @@ class _EngineMonitor:
         self._thread.join()
 
 
+class _HealthGate:
+    """Health rounds against memory release: one round at a time, no round while the engines are
+    offloaded, and an offload waits for the round under way (a probe must not race SGLang's
+    release, which it runs only when idle)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.offloaded = False
+
+    @contextlib.contextmanager
+    def round(self):
+        """Hold the gate for one health round; yields whether engines may be probed now."""
+        with self._lock:
+            yield not self.offloaded
+
+    def set_offloaded(self, value: bool) -> None:
+        """Mark the engines (not) offloaded, once no round is under way."""
+        with self._lock:
+            self.offloaded = value
+
+
 @ray.remote
 class RolloutManager:
     """Rollout side of the loop as one Ray actor (see the module docstring)."""
@@ -143,8 +165,7 @@ class RolloutManager:
             for url in self.urls:
                 add_worker(self.router_url, url)
         self._lock = threading.Lock()  # guards self.urls
-        self._check_lock = threading.Lock()  # one health round at a time (monitor vs. generate)
-        self._offloaded = False
+        self._gate = _HealthGate()  # one health round at a time (monitor vs. generate), none offloaded
         self.monitor = None
         if args.use_fault_tolerance:
             interval = args.rollout_health_check_interval
@@ -204,8 +225,8 @@ class RolloutManager:
     def check_engines(self) -> int:
         """Restart every unhealthy engine on its bundle and swap it in the router; returns how
         many were restarted. Skipped while the engines are offloaded."""
-        with self._check_lock:
-            if self._offloaded:
+        with self._gate.round() as allowed:
+            if not allowed:
                 return 0
             dead = [rank for rank, healthy in enumerate(self.health_check()) if not healthy]
             for rank in dead:
@@ -266,15 +287,16 @@ class RolloutManager:
 
     def offload(self, tags: list[str] | None = None) -> None:
         """Release the memory of SGLang's `tags` (None: all) on every engine (`--offload-rollout`,
-        before training). Health checks pause until every tag is back."""
-        self._offloaded = True
+        before training). Health checks pause until every tag is back; a health round under way
+        finishes first (its probe must not race the release, which SGLang runs only when idle)."""
+        self._gate.set_offloaded(True)
         ray.get([e.release_memory.remote(tags) for e in self.engines])
 
     def onload(self, tags: list[str] | None = None, all_back: bool = True) -> None:
         """Resume the memory of `tags` (None: all) on every engine: the weights before a weight
         update, the KV cache (and CUDA graphs) after it. `all_back`: nothing stays released."""
         ray.get([e.resume_memory.remote(tags) for e in self.engines])
-        self._offloaded = not all_back
+        self._gate.set_offloaded(not all_back)
 
     def memory_occupation(self) -> dict[str, dict[str, int]]:
         """`{"held": {tag: bytes summed over engines}, "released": {tag: engines that released it}}`

@@ -174,6 +174,15 @@ class EngineClient:
         return await self.request("POST", "/update_weights_from_tensor", bodies.update_weights_from_tensor(
             serialized_named_tensors, load_format, flush_cache, weight_version))
 
+    async def begin_weight_update(self):
+        """POST /begin_weight_update: open the session SGLang 0.5.23 needs around tensor and
+        distributed updates (see `slime.utils.engine_protocol`; 0.5.15.post1 has no such endpoint)."""
+        return await self.request("POST", "/begin_weight_update", bodies.begin_weight_update())
+
+    async def end_weight_update(self):
+        """POST /end_weight_update: close the session (SGLang then finalises the loaded weights)."""
+        return await self.request("POST", "/end_weight_update", bodies.end_weight_update())
+
     async def update_weights_from_disk(self, model_path: str, load_format: str | None = None,
                                        weight_version: str | None = None):
         """POST /update_weights_from_disk."""
@@ -213,6 +222,16 @@ class SyncEngineClient:
 
         call.__doc__ = method.__doc__
         return call
+
+
+def run_with_client(base_url: str, call, timeout: float = 600.0, api_key: str | None = None):
+    """Blocking: `await call(client)` with a fresh `EngineClient` of `base_url` in a fresh loop
+    (for sequences of calls, e.g. `engine_protocol.release_memory`; not inside a running loop)."""
+    async def once():
+        async with EngineClient(base_url, timeout, api_key) as client:
+            return await call(client)
+
+    return asyncio.run(once())
 
 
 def wait_until_healthy(base_url: str, timeout: float = 300.0, process=None, interval: float = 0.5) -> None:

@@ -56,6 +56,17 @@ def update_weights_from_tensor(serialized_named_tensors: list[str], load_format:
             "flush_cache": flush_cache, "weight_version": None if weight_version is None else str(weight_version)}
 
 
+def begin_weight_update() -> dict:
+    """POST /begin_weight_update -> `BeginWeightUpdateReqInput` (SGLang >= 0.5.23; selector "all":
+    the target model and a draft model, if any)."""
+    return {}
+
+
+def end_weight_update() -> dict:
+    """POST /end_weight_update -> `EndWeightUpdateReqInput` (closes the session begin opened)."""
+    return {}
+
+
 def update_weights_from_disk(model_path: str, load_format: str | None = None, weight_version: str | None = None,
                              flush_cache: bool = True) -> dict:
     """POST /update_weights_from_disk -> `UpdateWeightFromDiskReqInput`."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from slime.utils.arguments import ArgumentError, build_parser, parse_args
-from slime.utils.arguments.sglang import RENAMED_FIELDS, passthrough_fields, server_arg_fields
+from slime.utils.arguments.sglang import RENAMED_FIELDS, passthrough_fields, union_server_arg_fields
 from tests.conftest import REPO_ROOT
 
 EXCLUDED_DIRS = ("slime/utils/arguments/", "slime/utils/plan/")
@@ -128,7 +128,7 @@ def _read_dests(dests: set[str]) -> set[str]:
 
 
 def _passthrough() -> set[str]:
-    fields = {f["name"] for f in passthrough_fields(server_arg_fields())} | set(RENAMED_FIELDS)
+    fields = {f["name"] for f in passthrough_fields(union_server_arg_fields())} | set(RENAMED_FIELDS)
     return {f"sglang_{name}" for name in fields}
 
 

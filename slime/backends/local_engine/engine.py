@@ -85,9 +85,11 @@ class Engine:
                 "architectures": list(getattr(self.model.config, "architectures", None) or [])}
 
     def server_info(self) -> dict:
-        """The body of GET /get_server_info: server args plus live state."""
+        """The body of GET /get_server_info: server args plus live state; `version` is the SGLang
+        release whose protocol this engine speaks (the newest supported one)."""
         return {**dataclasses.asdict(self.config), "context_length": self.context_length,
-                "engine": "slime.local_engine", "weight_version": self.weights.version,
+                "engine": "slime.local_engine", "version": self.weights.protocol.release,
+                "weight_version": self.weights.version,
                 "paused": self.scheduler.paused, "released": self.weights.released,
                 "memory_occupation": self.weights.memory.occupation(), **self.scheduler.load()}
 

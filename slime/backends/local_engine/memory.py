@@ -4,13 +4,19 @@ Owns `EngineMemory`, behind `POST /release_memory_occupation` and `/resume_memor
 (body `{"tags": [...]}`, absent or null = every tag, as SGLang's `ReleaseMemoryOccupationReqInput`).
 The tags are SGLang's (`sglang.srt.constants`): ``weights``, ``kv_cache``, ``cuda_graph``.
 
-- ``kv_cache``: requests in flight are aborted and the KV cache tensors are dropped. This engine's
-  cache grows per batch (no preallocated pool), so resuming only lets it be built again.
+- ``kv_cache``: the KV cache tensors are dropped (requests still queued while generation is paused
+  are aborted). This engine's cache grows per batch (no preallocated pool), so resuming only lets
+  it be built again.
 - ``weights``: the parameters are moved away -- on CUDA into host memory, on CPU into a torch file
   in a private temp dir -- and become empty tensors; resuming puts the same bytes back. Weight
   updates are refused while the weights are released, accepted as soon as they are resumed (the
   colocated loop resumes the weights, syncs, then resumes the KV cache).
 - ``cuda_graph``: accepted for SGLang parity; this engine captures no graphs and holds 0 bytes.
+
+Strict where SGLang is (its scheduler asserts, and dies, where this engine answers 400): a release
+while the scheduler is not idle (requests running, or waiting while generation is not paused:
+/flush_cache's condition) is refused, as is a resume of a tag that is not released (tags null
+= every tag, so all must be released).
 
 Generation is held (requests queue, nothing is lost) while the weights or the KV cache are released.
 `occupation()` reports what is held, for `/get_server_info`'s ``memory_occupation``.
@@ -55,8 +61,15 @@ class EngineMemory:
         return WEIGHTS in self.released
 
     def release(self, tags=None) -> None:
-        """Give back the memory of `tags` (None: all); already released tags are left as they are."""
-        tags = [t for t in _tags(tags) if t not in self.released]
+        """Give back the memory of `tags` (None: all); already released tags are left as they are.
+        Refused (RequestError) unless the scheduler is idle."""
+        tags = _tags(tags)
+        if not self.scheduler.idle():
+            load = self.scheduler.load()
+            raise RequestError(f"release_memory_occupation should be called only when server is idle "
+                               f"(#running-req: {load['running']}, #queue-req: {load['waiting']}); "
+                               "pause generation and wait for /flush_cache to answer 200 first")
+        tags = [t for t in tags if t not in self.released]
         for tag in tags:
             if tag in _HOLDS_GENERATION:
                 self.scheduler.hold(f"released:{tag}", True)
@@ -70,8 +83,12 @@ class EngineMemory:
 
     def resume(self, tags=None) -> None:
         """Take back the memory of `tags` (None: all); generation continues once weights and KV
-        cache are both back."""
-        tags = [t for t in _tags(tags) if t in self.released]
+        cache are both back. Refused (RequestError) if any of `tags` is not released."""
+        tags = _tags(tags)
+        not_released = [t for t in tags if t not in self.released]
+        if not_released:
+            raise RequestError(f"cannot resume memory tag(s) {not_released}: not released "
+                               f"(released: {sorted(self.released)})")
         if WEIGHTS in tags:
             self._resume_weights()
         for tag in tags:

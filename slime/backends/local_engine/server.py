@@ -232,6 +232,14 @@ def _weight_routes(engine: Engine, guard: Guard) -> list:
         n = await asyncio.to_thread(w.update_from_tensor, tensors, body.get("load_format"), body.get("weight_version"))
         return _ok(f"loaded {n} tensors", weight_version=w.version)
 
+    async def begin(_request: HTTPRequest):
+        w.begin_session()
+        return _ok("Success")
+
+    async def end(_request: HTTPRequest):
+        w.end_session()
+        return _ok("Success")
+
     async def release(request: HTTPRequest):
         body = await _json(request)
         await asyncio.to_thread(w.release, body.get("tags"))
@@ -247,6 +255,7 @@ def _weight_routes(engine: Engine, guard: Guard) -> list:
         ("/update_weights_from_distributed", ["POST"], from_distributed),
         ("/destroy_weights_update_group", ["POST"], destroy_group),
         ("/update_weights_from_tensor", ["POST"], from_tensor),
+        ("/begin_weight_update", ["POST"], begin), ("/end_weight_update", ["POST"], end),
         ("/release_memory_occupation", ["POST"], release), ("/resume_memory_occupation", ["POST"], resume),
     ]
 

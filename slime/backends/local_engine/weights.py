@@ -17,6 +17,11 @@ An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv)
 source and dequantises them (`local_engine.fp8`); a float tensor for an FP8 weight is refused.
 Memory release and resume by tag live in `slime.backends.local_engine.memory` (`self.memory`);
 updates are refused while the weights are released.
+
+The engine speaks the newest supported SGLang release's protocol (`engine_protocol.NEWEST_RELEASE`,
+reported as /server_info `version`), strictly: tensor and distributed updates are refused outside
+a session opened by /begin_weight_update and closed by /end_weight_update, with SGLang 0.5.23's
+messages (HTTP 400 `success: false`); a second begin or an end without begin is refused too.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import torch
 from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
 from slime.utils.fused_weights import fused_groups, lone_members
+from slime.utils.engine_protocol import NEWEST_RELEASE, PROTOCOLS
 from slime.utils.tensor_payload import decode_named_tensors, use_file_system_sharing
 from slime.utils.weight_transport import init_weight_update_group
 
@@ -90,8 +96,26 @@ class WeightManager:
         self._groups: dict = {}
         config = getattr(model, "config", None)
         self.fused_groups = fused_groups(config.to_dict() if hasattr(config, "to_dict") else {})
+        self.protocol = PROTOCOLS[NEWEST_RELEASE]
+        self.session_open = False
         self.memory = EngineMemory(model, scheduler)
         use_file_system_sharing()  # CPU senders share by file name (see slime.utils.tensor_payload)
+
+    def begin_session(self) -> None:
+        """/begin_weight_update: open the session tensor and distributed updates need."""
+        if self.session_open:
+            raise RequestError("a weight-update session is already open; call end_weight_update() first")
+        self.session_open = True
+
+    def end_session(self) -> None:
+        """/end_weight_update: close it (nothing to finalise: this engine loads weights as they come)."""
+        if not self.session_open:
+            raise RequestError("no weight-update session is open; call begin_weight_update() first")
+        self.session_open = False
+
+    def _check_session(self, endpoint: str) -> None:
+        if self.protocol.needs_session(endpoint) and not self.session_open:
+            raise RequestError(f"{endpoint} must run between begin_weight_update() and end_weight_update()")
 
     def _set_version(self, version) -> None:
         if version is not None:
@@ -179,6 +203,7 @@ class WeightManager:
         Bad names or shapes are reported (RequestError) only after all broadcasts were received,
         so the sender never hangs; the model is then unchanged.
         """
+        self._check_session("update_weights_from_distributed")
         if group_name not in self._groups:
             raise RequestError(f"group_name {group_name!r} is not initialised (call /init_weights_update_group)")
         if not len(names) == len(dtypes) == len(shapes):
@@ -208,6 +233,7 @@ class WeightManager:
     def update_from_tensor(self, serialized_named_tensors, load_format=None, weight_version=None) -> int:
         """Load SGLang's tensor payload: one entry per engine TP rank, this engine (TP 1) reads
         entry 0; `load_format` "flattened_bucket" or None (a list of (name, tensor) pairs)."""
+        self._check_session("update_weights_from_tensor")
         if not isinstance(serialized_named_tensors, list) or not serialized_named_tensors:
             raise RequestError("serialized_named_tensors must be a non-empty list (one entry per TP rank)")
         try:

@@ -34,7 +34,6 @@ from slime.utils.security import job_api_key, redact_argv
 
 logger = logging.getLogger(__name__)
 
-
 class EngineHandle(Protocol):
     """What a launched engine of any kind offers the rollout side."""
 
@@ -184,7 +183,8 @@ def prepare(args, *, engine_rank: int, host: str, port: int, num_engines: int | 
         args, engine_rank=engine_rank, num_engines=num_engines, host=host, port=port,
         nccl_port=nccl_port if nccl_port is not None else free_port(host), dist_init_addr=dist_init_addr,
         base_gpu_id=base_gpu_id, node_rank=node_rank, nnodes=engine_nnodes(args), api_key=job_api_key())
-    return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env, launcher=launcher)
+    return SGLangEngine(fields, visible_devices=visible_devices, log_path=log_path, env=env,
+                        launcher=launcher)
 
 
 def launch(args, *, timeout: float | None = None, **where) -> SGLangEngine:

@@ -4,6 +4,9 @@ Owns `SERVER_ENV`, `MEMORY_SAVER_ENV`, `REMOVED_ENV` and `server_env`. Names and
 read in SGLang 0.5.23's and 0.5.15.post1's `srt/environ.py` and their users; both releases read
 the same names.
 
+- `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false`: /health generates a token unless told not to
+  (0.5.15.post1 and 0.5.23); a probe would then put a request in flight and race
+  /release_memory_occupation, which SGLang runs only when idle. /health_generate still generates.
 - `SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE=false`: the scheduler's idle invariant check
   compares the KV pool's free slots with its size; released / resumed memory (--offload-rollout)
   and aborted requests around weight updates make it fire on a healthy engine.
@@ -23,6 +26,7 @@ These are what slime sets for its SGLang engines (its `sglang_engine.py`).
 from __future__ import annotations
 
 SERVER_ENV = {
+    "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
     "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "false",
     "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK": "false",
 }

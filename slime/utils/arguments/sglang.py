@@ -1,9 +1,13 @@
 """SGLang domain: the ``--sglang-*`` passthrough of SGLang's server options, slime's own
 engine/router flags and the ``--router-*`` options of sglang-router.
 
-The passthrough lists the options of the installed sglang's own parser when it imports, else
-those of ``sglang_server_args.json`` (release ``PINNED_SGLANG_VERSION``; see
-``slime.utils.arguments.sglang_fields``). Fields the framework controls are not passed through.
+The passthrough is the union of the supported releases' options (``union_server_arg_fields``):
+the target release is the installed sglang when its parser imports, else
+``sglang_server_args.json`` (release ``PINNED_SGLANG_VERSION``); an old spelling of an option
+(e.g. 0.5.15's ``--cuda-graph-max-bs``) reaches the target's name (``--cuda-graph-max-bs-decode``),
+and an option the target release lacks (e.g. ``--sglang-nsa-prefill-backend`` with 0.5.23) is
+refused at parse time naming the option and the release. Fields the framework controls are not
+passed through.
 An option an older release had under another name (``RENAMED_FIELDS``, e.g. ``--cuda-graph-bs``,
 now ``--cuda-graph-bs-decode``) keeps its slime flag and is mapped to the new name(s) on the
 launch line, or refused at parse time naming the flag and the release when it cannot be.
@@ -19,11 +23,12 @@ from typing import Any
 from slime.utils.arguments.common import ArgumentError, check_path_exists, require
 from slime.utils.arguments.sglang_fields import (FALLBACK_FILE, PINNED_SGLANG_VERSION, RENAMED_FIELDS,
                                                  fallback_server_arg_fields, live_server_arg_fields,
-                                                 renamed_fields, server_arg_fields, server_args_version)
+                                                 renamed_fields, server_arg_fields, server_args_version,
+                                                 union_server_arg_fields)
 
 __all__ = ["EXCLUDED_FIELDS", "FALLBACK_FILE", "PINNED_SGLANG_VERSION", "RENAMED_FIELDS", "add_arguments",
            "engine_tp_size", "fallback_server_arg_fields", "live_server_arg_fields", "server_arg_fields",
-           "server_args_version", "sglang_overrides", "validate"]
+           "server_args_version", "sglang_overrides", "union_server_arg_fields", "validate"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +71,8 @@ def add_passthrough_flag(group, entry: dict, taken: set[str] = frozenset()) -> N
     dest = "sglang_" + entry["name"]
     kind, default = entry["kind"], entry["default"]
     help_text = f"SGLang {entry['flag']}: {entry.get('help') or entry['name']}."
+    if entry.get("releases") and server_args_version() not in entry["releases"]:
+        help_text += f" (sglang {', '.join(entry['releases'])} only)"
     if kind == "bool":
         if default is True:  # --X / --no-X pairs; aliases keep SGLang's store_true meaning
             group.add_argument(own, dest=dest, action=argparse.BooleanOptionalAction, default=default, help=help_text)
@@ -86,8 +93,9 @@ def add_passthrough_flag(group, entry: dict, taken: set[str] = frozenset()) -> N
 def _add_deployment(group) -> None:
     """slime's SGLang config file and PD-disaggregation count (own block: issue 13)."""
     group.add_argument("--sglang-config", type=str, default=None, metavar="YAML",
-                       help="YAML file of SGLang server options, as SGLang's own --config reads it: keys are "
-                       "option names (any spelling, '-' or '_'), values their values; an option also given "
+                       help="YAML file of SGLang server options, as SGLang's own --config reads it (or, as "
+                       "slime writes it, under a top-level `sglang:` section): keys are "
+                       "option names (any spelling of any supported release, '-' or '_'), values their values; an option also given "
                        "as --sglang-<name> on the command line keeps the command-line value. Read at parse "
                        "time into --sglang-* flags, so the values are validated and shown by --dry-run; "
                        "framework-controlled options (model path, tp size, ports, ...) are refused.")
@@ -118,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sglang", "SGLang engines (ServerArgs passthrough) and sglang-router.")
     _add_own(group)
     _add_deployment(group)
-    fields = passthrough_fields(server_arg_fields())
+    fields = passthrough_fields(union_server_arg_fields())
     # Own flags of every option first: an alias spelling never shadows another option's flag.
     taken = set(parser._option_string_actions) | {passthrough_flags(entry)[0] for entry in fields}  # noqa: SLF001
     for entry in fields:
@@ -144,8 +152,9 @@ def engine_tp_size(args: argparse.Namespace) -> int:
 
 def sglang_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """ServerArgs keyword arguments the user changed: {field name: value} for every passthrough
-    --sglang-x whose value differs from the field's default."""
-    fields = passthrough_fields(server_arg_fields())
+    --sglang-x whose value differs from the field's default (options of every supported release:
+    `validate` refuses those the target release lacks)."""
+    fields = passthrough_fields(union_server_arg_fields())
     out = {}
     for entry in fields:
         value = getattr(args, "sglang_" + entry["name"], entry["default"])
@@ -156,6 +165,18 @@ def sglang_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             out.update({name: out.get(name, value) for name in new})
     return out
+
+
+def _check_target_has(args: argparse.Namespace) -> None:
+    """An option set that the target release lacks: one error naming it and the release."""
+    target = server_args_version()
+    for entry in passthrough_fields(union_server_arg_fields()):
+        if target in entry["releases"] or getattr(args, "sglang_" + entry["name"], None) == entry["default"]:
+            continue
+        flags = " / ".join(passthrough_flags(entry))
+        raise ArgumentError(f"{flags}: sglang {target} (the release this job launches) has no "
+                            f"--{entry['name'].replace('_', '-')} option under any spelling; it is an option of "
+                            f"sglang {', '.join(entry['releases'])}")
 
 
 def _check_renamed(args: argparse.Namespace) -> None:
@@ -210,6 +231,10 @@ def _read_config(path: str) -> dict:
         raise ArgumentError(f"--sglang-config {path}: cannot read it as YAML ({error})") from error
     require(isinstance(data, dict), f"--sglang-config {path}: expected a mapping of option: value, "
             f"got {type(data).__name__}")
+    if set(data) == {"sglang"}:  # slime's layout: the options under a top-level `sglang:` section
+        data = data["sglang"] or {}
+        require(isinstance(data, dict), f"--sglang-config {path}: the `sglang:` section must be a mapping of "
+                f"option: value, got {type(data).__name__}")
     return data
 
 
@@ -224,13 +249,13 @@ def expand_sglang_config(argv: list[str]) -> list[str]:
         return argv
     require(len(paths) == 1, f"--sglang-config given {len(paths)} times; SGLang allows one config file")
     path = paths[0]
-    all_keys = _config_keys(server_arg_fields())
-    keys = _config_keys(passthrough_fields(server_arg_fields()))
+    all_keys = _config_keys(union_server_arg_fields())
+    keys = _config_keys(passthrough_fields(union_server_arg_fields()))
     words: list[str] = []
     for raw_key, value in _read_config(path).items():
         key = str(raw_key).replace("-", "_")
-        require(key in all_keys, f"--sglang-config {path}: {raw_key!r} is not an option of sglang "
-                f"{server_args_version()}")
+        require(key in all_keys, f"--sglang-config {path}: {raw_key!r} is not an option of any supported sglang "
+                f"release ({server_args_version()} launches)")
         require(key in keys, f"--sglang-config {path}: {raw_key!r} is set by slime (model path, tp size, ports, "
                 "seeds, memory saver, ...), not by the config file")
         words += _config_words(path, str(raw_key), keys[key], value)
@@ -284,4 +309,5 @@ def validate(args: argparse.Namespace) -> list[str]:
     require(port is None or 0 < port < 65536, f"--sglang-router-port {port} is not a valid port")
     require(args.engine_start_timeout > 0, f"--engine-start-timeout must be > 0, got {args.engine_start_timeout}")
     _check_renamed(args)
+    _check_target_has(args)
     return warnings

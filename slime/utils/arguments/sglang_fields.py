@@ -13,6 +13,15 @@ aliases that differ from the field name, fields with no option). The installed s
 when it imports (GPU nodes); otherwise ``sglang_server_args.json``, written by
 ``tools/gen_sglang_server_args.py`` from release ``PINNED_SGLANG_VERSION``.
 
+Every supported release's table is kept (``RELEASE_FILES``; slime's recipes are written for
+0.5.15-era SGLang, whose old spellings such as ``--cuda-graph-max-bs``, ``--nsa-prefill-backend``
+or ``--mamba-scheduler-strategy`` were aliases that 0.5.23 renamed or dropped).
+``union_server_arg_fields`` is the ``--sglang-*`` surface: the target release's options (the
+installed one, else the pinned table) plus each other supported release's options it lacks, with
+every release's spellings of an option merged into its aliases, so an old spelling reaches the
+target release's name; an option the target release lacks is refused at parse time naming the
+option and the release (``sglang.validate``).
+
 ``RENAMED_FIELDS`` maps options that slime users still pass under an older name to the names of
 the releases that renamed them.
 """
@@ -32,6 +41,9 @@ from slime.utils.arguments.common import ArgumentError
 
 PINNED_SGLANG_VERSION = "0.5.23"
 FALLBACK_FILE = Path(__file__).with_name("sglang_server_args.json")
+# every supported release -> its option table (the pinned one is FALLBACK_FILE), newest first
+RELEASE_FILES = {PINNED_SGLANG_VERSION: FALLBACK_FILE,
+                 "0.5.15.post1": Path(__file__).with_name("sglang_server_args_0.5.15.post1.json")}
 # old field -> (the fields that replace it, what became of it). SGLang split the CUDA-graph batch
 # sizes into decode and prefill; the old option listed the decode graph's sizes.
 RENAMED_FIELDS = {"cuda_graph_bs": (("cuda_graph_bs_decode",), "a deprecated alias of --cuda-graph-bs-decode "
@@ -144,6 +156,44 @@ def fallback_server_arg_fields() -> list[dict]:
         raise ArgumentError(f"{FALLBACK_FILE} is for sglang {data['sglang_version']}, expected "
                             f"{PINNED_SGLANG_VERSION}: rerun tools/gen_sglang_server_args.py")
     return data["fields"]
+
+
+def release_server_arg_fields(version: str) -> list[dict]:
+    """Options recorded for supported release `version` (`RELEASE_FILES`)."""
+    path = RELEASE_FILES[version]
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    if data["sglang_version"] != version:
+        raise ArgumentError(f"{path} is for sglang {data['sglang_version']}, expected {version}: "
+                            "rerun tools/gen_sglang_server_args.py")
+    return data["fields"]
+
+
+def union_server_arg_fields() -> list[dict]:
+    """The ``--sglang-*`` surface: the target release's records (`server_arg_fields`), then every
+    other supported release's records it lacks (newest release first), each record's aliases
+    extended by the other releases' spellings of the same option (same name and kind). Every
+    record gets ``releases``: the releases that have the option (the target's version first)."""
+    target = server_args_version()
+    tables = [(target, server_arg_fields())]
+    tables += [(v, release_server_arg_fields(v)) for v in RELEASE_FILES if v != target]
+    union: dict[str, dict] = {}
+    spelled: dict[str, str] = {}  # every option string -> the union record's name
+    for version, fields in tables:
+        for entry in fields:
+            spellings = [entry["flag"], *(entry.get("aliases") or [])]
+            name = entry["name"] if entry["name"] in union else next(
+                (spelled[s] for s in spellings if s in spelled), None)  # renamed: known by another spelling
+            if name is None:
+                union[entry["name"]] = {**entry, "aliases": list(entry.get("aliases") or []), "releases": [version]}
+                spelled.update(dict.fromkeys(spellings, entry["name"]))
+                continue
+            kept = union[name]
+            kept["releases"].append(version)
+            if kept["kind"] == entry["kind"]:
+                kept["aliases"] = _merged(kept, {**entry, "aliases": entry.get("aliases") or []})
+                spelled.update(dict.fromkeys(spellings, name))
+    return list(union.values())
 
 
 def server_arg_fields() -> list[dict]:

@@ -168,3 +168,41 @@ def test_sglang_alias_spelling_reaches_the_engine(tmp_path, sglang_version):
     argv = recipe_argv(tmp_path, "run-qwen3-30B-A3B.sh", {}, []) + ["--sglang-expert-parallel-size", "4"]
     for words, server_args in parsed_launch_lines(argv):
         assert server_args.ep_size == 4, words
+
+
+# 0.5.15-era spellings slime's recipes use -> (ServerArgs field, value) under every release
+OLD_SPELLINGS = [("--sglang-cuda-graph-max-bs", "256", "cuda_graph_max_bs_decode", 256),
+                 ("--sglang-nsa-prefill-backend", "flashmla_sparse", "dsa_prefill_backend", "flashmla_sparse"),
+                 ("--sglang-nsa-decode-backend", "flashmla_kv", "dsa_decode_backend", "flashmla_kv"),
+                 ("--sglang-mamba-scheduler-strategy", "no_buffer", "mamba_radix_cache_strategy", "no_buffer")]
+
+
+def test_old_spellings_reach_the_release_under_test(tmp_path, sglang_version):
+    """A recipe written with 0.5.15-era option names dry-runs, and its launch lines, spelled for the
+    release under test, parse with that release's own parser into the renamed fields."""
+    argv = recipe_argv(tmp_path, "run-qwen3-30B-A3B.sh", {}, [])
+    for flag, value, _field, _expected in OLD_SPELLINGS:
+        argv += [flag, value]
+    for words, server_args in parsed_launch_lines(argv):
+        for _flag, _value, field, expected in OLD_SPELLINGS:
+            assert getattr(server_args, field) == expected, (field, words)
+
+
+def test_an_option_the_release_lacks_is_one_clear_error(sglang_version):
+    """An option of another supported release only: refused at parse time naming it and the release."""
+    from slime.utils.arguments.common import ArgumentError
+    from slime.utils.arguments.sglang import passthrough_fields, union_server_arg_fields
+
+    others = [e for e in passthrough_fields(union_server_arg_fields())
+              if sglang_version not in e["releases"] and e["kind"] in ("int", "str") and not e["choices"]]
+    assert others, f"every supported release's options are options of {sglang_version}"
+    entry = others[0]
+    argv = recipe_base_argv() + ["--sglang-" + entry["name"].replace("_", "-"), "1"]
+    with pytest.raises(ArgumentError, match=f"sglang {sglang_version} .* has no --{entry['name'].replace('_', '-')}"):
+        parse_args(argv)
+
+
+def recipe_base_argv() -> list[str]:
+    from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_ARGS
+
+    return list(QWEN3_30B_A3B_ARGS)

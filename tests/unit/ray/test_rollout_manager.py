@@ -21,6 +21,7 @@ from slime.ray.placement import create_placement
 from slime.backends.sglang_utils.router import list_workers
 from slime.ray.rollout_manager import (
     RolloutManager,
+    _HealthGate,
     build_train_data,
     eval_metrics,
     load_debug_samples,
@@ -272,3 +273,23 @@ def test_eval_metrics_mean_reward_and_truncation():
     out = RolloutFnEvalOutput(data={"toy": {"rewards": [1, 0, 1, 1], "truncated": [True, False, False, False]}},
                               metrics={"eval/extra": 2.0})
     assert eval_metrics(out) == {"eval/toy": 0.75, "eval/toy/truncated_ratio": 0.25, "eval/extra": 2.0}
+
+
+def test_offload_waits_for_the_health_round_under_way():
+    """The fault-tolerance probe must not race a release: marking the engines offloaded waits
+    for the round in progress, and no round probes once they are."""
+    import threading
+
+    gate = _HealthGate()
+    with gate.round() as allowed:
+        assert allowed
+        offload = threading.Thread(target=gate.set_offloaded, args=(True,))
+        offload.start()
+        offload.join(timeout=0.5)
+        assert offload.is_alive() and not gate.offloaded  # held back by the probing round
+    offload.join()
+    with gate.round() as allowed:
+        assert not allowed
+    gate.set_offloaded(False)
+    with gate.round() as allowed:
+        assert allowed

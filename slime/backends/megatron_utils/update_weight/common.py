@@ -3,9 +3,12 @@
 Owns `WeightSender` (the base of the distributed / tensor / disk senders): one `update_weights`
 call is collective over the trainer ranks and runs
   leader: pause_generation (mode "abort") + flush_cache (retried while the engine answers 400,
-          i.e. while aborted requests drain) on every engine -> barrier ->
+          i.e. while aborted requests drain) + begin_weight_update where the engine's release
+          needs a session for this sender's endpoint, on every engine -> barrier ->
   every rank: iterate the HF buckets (collectives), sender ranks ship them -> barrier ->
-  leader: finish (e.g. the disk POST) + continue_generation on every engine.
+  leader: finish (e.g. the disk POST) + end_weight_update (where begun) + continue_generation.
+Which release needs what is `slime.utils.engine_protocol`'s table; each engine's protocol is read
+once (its /server_info `version`) and kept for the sender's life.
 Each update carries a weight version (given, or a counter "1", "2", ...) that the engines then
 report in /model_info and meta_info.weight_version. Also owns `TrainerRole` (which rank
 leads, which sends, how to barrier, which cluster-wide lock serialises the senders' transfers),
@@ -24,6 +27,7 @@ import time
 import uuid
 from typing import Callable, ContextManager, Iterable
 
+from slime.utils import engine_protocol
 from slime.utils.engine_client import EngineClient
 
 logger = logging.getLogger(__name__)
@@ -114,7 +118,10 @@ def run_on_engines(urls: list[str], call: Callable, timeout: float = 600.0) -> l
 class WeightSender:
     """Base of the senders. `buckets()` yields lists of `(hf_name, tensor)` (collective over the
     trainer ranks: every rank iterates it); subclasses implement `send_bucket` (sender ranks) and
-    may override `connect`, `disconnect`, `before_send` and `after_send` (leader only)."""
+    may override `connect`, `disconnect`, `before_send` and `after_send` (leader only).
+    `ENDPOINT` names the engine endpoint the buckets go through (it decides the session)."""
+
+    ENDPOINT = ""
 
     def __init__(self, engine_urls: list[str], buckets: Callable[[], Iterable[list]],
                  role: TrainerRole = TrainerRole(), timeout: float = 600.0) -> None:
@@ -123,10 +130,27 @@ class WeightSender:
         self.engine_urls = [u.rstrip("/") for u in engine_urls]
         self.buckets, self.role, self.timeout = buckets, role, timeout
         self.updates = 0
+        self._protocols: dict[str, engine_protocol.Protocol] = {}
 
     def on_engines(self, call: Callable) -> list:
         """`run_on_engines` over this sender's engines."""
         return run_on_engines(self.engine_urls, call, self.timeout)
+
+    def protocols(self) -> list[engine_protocol.Protocol]:
+        """Each engine's `engine_protocol.Protocol` (read from its /server_info on first use)."""
+        missing = [url for url in self.engine_urls if url not in self._protocols]
+        if missing:
+            found = run_on_engines(missing, lambda c, _i: engine_protocol.read_protocol(c), self.timeout)
+            self._protocols.update(zip(missing, found))
+        return [self._protocols[url] for url in self.engine_urls]
+
+    def _open_sessions(self) -> None:
+        protocols = self.protocols()
+        self.on_engines(lambda c, i: engine_protocol.begin_weights(c, protocols[i], self.ENDPOINT))
+
+    def _close_sessions(self) -> None:
+        protocols = self.protocols()
+        self.on_engines(lambda c, i: engine_protocol.end_weights(c, protocols[i], self.ENDPOINT))
 
     def connect(self) -> None:
         """Prepare the transport (collective); a no-op unless a subclass needs a group."""
@@ -148,12 +172,31 @@ class WeightSender:
         """Sync the trainer's weights into every engine; collective. Returns the version set.
 
         A failure (e.g. an engine rejecting a bucket: `EngineHTTPError`) propagates and leaves the
-        engines paused, so nothing generates with a partial update."""
+        engines paused, so nothing generates with a partial update; a session the leader opened
+        is closed first (best effort), so a later update can open its own."""
         self.updates += 1
         version = str(self.updates if weight_version is None else weight_version)
         if self.role.is_leader:
             self.on_engines(lambda c, _i: c.pause_generation(mode="abort"))
             self.on_engines(lambda c, _i: c.flush_cache())
+            self._open_sessions()
+        try:
+            count = self._send_all(version)
+        except BaseException:
+            if self.role.is_leader:
+                self._close_sessions_after_failure()
+            raise
+        if self.role.is_leader:
+            self._close_sessions()
+            self.on_engines(lambda c, _i: c.continue_generation())
+        logger.info("weight version %s: %s sent %d tensors to %d engine(s)", version,
+                    self.role.stage_tag, count, len(self.engine_urls))
+        return version
+
+    def _send_all(self, version: str) -> int:
+        """before_send (leader), every bucket (sender ranks), after_send (leader); returns the
+        tensors this rank sent."""
+        if self.role.is_leader:
             self.before_send(version)
         self.role.barrier()
         count = 0
@@ -164,7 +207,10 @@ class WeightSender:
         self.role.barrier()
         if self.role.is_leader:
             self.after_send(version)
-            self.on_engines(lambda c, _i: c.continue_generation())
-        logger.info("weight version %s: %s sent %d tensors to %d engine(s)", version,
-                    self.role.stage_tag, count, len(self.engine_urls))
-        return version
+        return count
+
+    def _close_sessions_after_failure(self) -> None:
+        try:
+            self._close_sessions()
+        except Exception as exc:  # the update's own error is the one to raise
+            logger.warning("closing the weight-update sessions after a failed update failed too: %s", exc)

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 class UpdateWeightFromDisk(WeightSender):
     """Disk sender; `directory` must be the same path for the trainer ranks and the engines."""
 
+    ENDPOINT = "update_weights_from_disk"
+
     def __init__(self, engine_urls, buckets, directory, hf_checkpoint, role: TrainerRole = TrainerRole(),
                  timeout: float = 600.0, post_write: Callable[[str, list], None] | None = None) -> None:
         super().__init__(engine_urls, buckets, role, timeout)

@@ -82,6 +82,8 @@ class UpdateWeightFromDistributed(WeightSender):
     """Broadcast sender (disaggregated engines). `backend` "gloo" (CPU) or "nccl" (CUDA tensors);
     default: "nccl" when CUDA is available. Call `connect()` once before `update_weights`."""
 
+    ENDPOINT = "update_weights_from_distributed"
+
     def __init__(self, engine_urls, buckets, role: TrainerRole = TrainerRole(), timeout: float = 600.0,
                  backend: str | None = None, master_address: str | None = None) -> None:
         super().__init__(engine_urls, buckets, role, timeout)

@@ -83,6 +83,8 @@ class UpdateWeightFromTensor(WeightSender):
     """Colocated sender. `gpus_per_engine` = --rollout-num-gpus-per-engine; every trainer rank on
     an engine's devices takes part (the role's `is_sender` is ignored). Call `connect()` first."""
 
+    ENDPOINT = "update_weights_from_tensor"
+
     def __init__(self, engine_urls, buckets, role: TrainerRole = TrainerRole(), timeout: float = 600.0,
                  gpus_per_engine: int = 1) -> None:
         super().__init__(engine_urls, buckets, dataclasses.replace(role, is_sender=True), timeout)

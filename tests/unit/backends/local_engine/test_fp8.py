@@ -59,8 +59,12 @@ def _tensor_update(url, named, version):
     """SGLang's colocated payload (a flattened bucket shared through memory), as the sender makes it."""
     use_file_system_sharing()
     entry, _keep = serialize_flattened_bucket(sorted(named.items()))  # alive until the engine answered
-    return SyncEngineClient(url).update_weights_from_tensor([entry], load_format="flattened_bucket",
-                                                            weight_version=version)
+    client = SyncEngineClient(url)
+    client.begin_weight_update()  # the engine speaks SGLang 0.5.23's session protocol
+    try:
+        return client.update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version=version)
+    finally:
+        client.end_weight_update()
 
 
 def _distributed_update(url, named, version, group_name):
@@ -70,6 +74,7 @@ def _distributed_update(url, named, version, group_name):
         joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, group_name, "gloo")
         group = init_weight_update_group("127.0.0.1", port, 0, 2, group_name, "gloo", timeout_s=60)
         joined.result(timeout=60)
+        client.begin_weight_update()
         done = pool.submit(client.update_weights_from_distributed, names,
                            [str(named[n].dtype).removeprefix("torch.") for n in names],
                            [list(named[n].shape) for n in names], group_name, True, version)
@@ -78,6 +83,7 @@ def _distributed_update(url, named, version, group_name):
         try:
             return done.result(timeout=60)
         finally:
+            client.end_weight_update()
             client.destroy_weights_update_group(group_name)
 
 

@@ -69,6 +69,7 @@ def test_lone_mla_half_is_refused_naming_both_tensors(engine_factory, tiny_deeps
     tensors = load_file(str(tiny_deepseek_v3_hf / "model.safetensors"))
     q_a, kv_a = "model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
     version = client.get_weight_version()
+    client.begin_weight_update()  # the engine speaks SGLang 0.5.23's session protocol
     with pytest.raises(EngineHTTPError) as err:
         client.update_weights_from_tensor([serialize([(q_a, tensors[q_a].clone())])], weight_version="lone")
     assert err.value.status == 400 and q_a in err.value.body and kv_a in err.value.body, err.value.body
@@ -89,4 +90,5 @@ def test_lone_mla_half_is_refused_naming_both_tensors(engine_factory, tiny_deeps
 
     pair = [(q_a, tensors[q_a].clone()), (kv_a, tensors[kv_a].clone())]
     client.update_weights_from_tensor([serialize(pair)], weight_version="pair")
+    client.end_weight_update()
     assert client.get_weight_version() == "pair"

@@ -1,7 +1,10 @@
 """Weight updates of the local engine over real HTTP: disk, distributed (gloo, this process is rank 0)
 and SGLang's tensor payload (flattened bucket or (name, tensor) pairs through shared memory) each make the engine generate exactly what transformers generates with the new
-weights, and report the new version; bad updates get 400; memory release/resume keeps the weights."""
+weights, and report the new version; bad updates get 400; memory release/resume keeps the weights.
+The engine speaks SGLang 0.5.23's protocol strictly: tensor and distributed updates run inside a
+/begin_weight_update ... /end_weight_update session and are refused outside one."""
 
+import contextlib
 import glob
 import os
 import shutil
@@ -44,6 +47,16 @@ def perturbed(tiny_moe_hf, tmp_path_factory):
     return make
 
 
+@contextlib.contextmanager
+def _session(client):
+    """A weight-update session around the block (closed even when the block fails)."""
+    client.begin_weight_update()
+    try:
+        yield
+    finally:
+        client.end_weight_update()
+
+
 def _check_engine_serves(url, folder, version):
     """The engine's greedy outputs and logprobs equal transformers' with the checkpoint in `folder`."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -81,12 +94,13 @@ def test_update_from_distributed_gloo_group(url, perturbed):
         joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "test_sync", "gloo")
         group = init_weight_update_group("127.0.0.1", port, 0, 2, "test_sync", "gloo", timeout_s=60)
         joined.result(timeout=60)
-        done = pool.submit(client.update_weights_from_distributed, names,
-                           [str(named[n].dtype).removeprefix("torch.") for n in names],
-                           [list(named[n].shape) for n in names], "test_sync", True, "dist-2")
-        for name in names:
-            group.broadcast(named[name].clone(), src=0)
-        done.result(timeout=60)
+        with _session(client):
+            done = pool.submit(client.update_weights_from_distributed, names,
+                               [str(named[n].dtype).removeprefix("torch.") for n in names],
+                               [list(named[n].shape) for n in names], "test_sync", True, "dist-2")
+            for name in names:
+                group.broadcast(named[name].clone(), src=0)
+            done.result(timeout=60)
     client.destroy_weights_update_group("test_sync")
     _check_engine_serves(url, folder, "dist-2")
     with pytest.raises(EngineHTTPError):
@@ -96,20 +110,50 @@ def test_update_from_distributed_gloo_group(url, perturbed):
 def test_update_from_tensor_flattened_bucket_and_pairs(url, perturbed):
     use_file_system_sharing()
     folder, named = perturbed(3)
+    client = SyncEngineClient(url)
     entry, keep = serialize_flattened_bucket(sorted(named.items()))  # keep: alive until the engine answered
-    SyncEngineClient(url).update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="7")
+    with _session(client):
+        client.update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="7")
     _check_engine_serves(url, folder, "7")
     # load_format None: a list of (name, tensor) pairs; without weight_version the version stays
     # (SGLang sets it only when the request carries one)
     pairs = [(n, t.clone()) for n, t in sorted(named.items())]
-    SyncEngineClient(url).update_weights_from_tensor([serialize(pairs)])
+    with _session(client):
+        client.update_weights_from_tensor([serialize(pairs)])
     _check_engine_serves(url, folder, "7")
+    del keep
+
+
+def test_updates_outside_a_session_are_refused_as_sglang_0_5_23_does(url, perturbed):
+    """0.5.23's scheduler refuses tensor and distributed updates outside begin/end (HTTP 400,
+    success false, its message); a second begin and an end without begin are refused too."""
+    use_file_system_sharing()
+    client = SyncEngineClient(url)
+    assert client.get_server_info()["version"] == "0.5.23"
+    before, version = _outputs(url), client.get_weight_version()
+    _, named = perturbed(5)
+    entry, keep = serialize_flattened_bucket(sorted(named.items()))
+    with pytest.raises(EngineHTTPError) as err:
+        client.update_weights_from_tensor([entry], load_format="flattened_bucket", weight_version="stale")
+    assert err.value.status == 400 and "between begin_weight_update() and end_weight_update()" in err.value.body
+    with pytest.raises(EngineHTTPError) as err:
+        client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[64]], "weight_update_group")
+    assert err.value.status == 400 and "update_weights_from_distributed must run between" in err.value.body
+    with pytest.raises(EngineHTTPError) as err:
+        client.end_weight_update()
+    assert err.value.status == 400 and "no weight-update session is open" in err.value.body
+    with _session(client):
+        with pytest.raises(EngineHTTPError) as err:
+            client.begin_weight_update()
+        assert err.value.status == 400 and "already open" in err.value.body
+    assert _outputs(url) == before and client.get_weight_version() == version
     del keep
 
 
 def test_bad_updates_get_400_and_change_nothing(url):
     use_file_system_sharing()
     client = SyncEngineClient(url)
+    client.begin_weight_update()
     before, version = _outputs(url), client.get_weight_version()
     bad = [([("model.no_such.weight", torch.zeros(2))], "no_such"),
            ([("model.norm.weight", torch.zeros(3)), ("model.embed_tokens.weight", torch.zeros(128, 64))], "shape")]
@@ -132,6 +176,7 @@ def test_bad_updates_get_400_and_change_nothing(url):
     with pytest.raises(EngineHTTPError) as err:
         client.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[64]], "no_group")
     assert err.value.status == 400 and "no_group" in err.value.body
+    client.end_weight_update()
     assert _outputs(url) == before and client.get_weight_version() == version
 
 
@@ -143,6 +188,49 @@ def test_release_and_resume_memory_keep_the_weights(url):
     client.resume_memory_occupation(["weights", "kv_cache", "cuda_graph"])
     assert client.get_server_info()["released"] is False
     assert _outputs(url) == before
+
+
+def test_release_while_busy_and_resume_of_a_tag_not_released_are_refused(url):
+    """SGLang asserts idleness in release (the server dies) and removes each resumed tag from its
+    released set (KeyError): the local engine answers 400 instead, changing nothing."""
+    import asyncio
+
+    from slime.utils.engine_client import EngineClient
+
+    client = SyncEngineClient(url)
+    with pytest.raises(EngineHTTPError) as err:
+        client.resume_memory_occupation(["kv_cache"])
+    assert err.value.status == 400 and "not released" in err.value.body
+
+    async def release_while_generating():
+        """Freeze a long request mid-generation (pause in_place keeps it running), then release."""
+        async with EngineClient(url) as c:
+            while True:  # a request that finished before the pause leaves nothing running: again
+                task = asyncio.create_task(c.generate({"input_ids": PROMPTS[0], "sampling_params": {
+                    "temperature": 0, "max_new_tokens": 400, "ignore_eos": True}}))
+                while (await c.get_server_info())["running"] != 1 and not task.done():
+                    await asyncio.sleep(0.01)
+                await c.pause_generation(mode="in_place")
+                if (await c.get_server_info())["running"] == 1:
+                    break
+                await c.continue_generation()
+                await task
+            try:
+                await c.release_memory_occupation()
+            finally:
+                await c.continue_generation()
+                await task
+
+    with pytest.raises(EngineHTTPError) as err:
+        asyncio.run(release_while_generating())
+    assert err.value.status == 400 and "only when server is idle" in err.value.body
+    assert client.get_server_info()["released"] is False
+    client.release_memory_occupation(["kv_cache"])
+    with pytest.raises(EngineHTTPError) as err:
+        client.resume_memory_occupation()  # null = every tag; weights and cuda_graph were not released
+    assert err.value.status == 400 and "not released" in err.value.body
+    client.resume_memory_occupation(["kv_cache"])
+    assert client.get_server_info()["released"] is False
 
 
 def test_requests_wait_while_memory_is_released(url):
@@ -181,12 +269,13 @@ def test_distributed_update_with_a_bad_name_drains_the_broadcasts_and_changes_no
         joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "bad_sync", "gloo")
         group = init_weight_update_group("127.0.0.1", port, 0, 2, "bad_sync", "gloo", timeout_s=60)
         joined.result(timeout=60)
-        done = pool.submit(client.update_weights_from_distributed, list(payload), ["float32"] * 2,
-                           [list(t.shape) for t in payload.values()], "bad_sync", True, "bad")
-        for tensor in payload.values():
-            group.broadcast(tensor.clone(), src=0)
-        with pytest.raises(EngineHTTPError) as err:
-            done.result(timeout=60)
+        with _session(client):
+            done = pool.submit(client.update_weights_from_distributed, list(payload), ["float32"] * 2,
+                               [list(t.shape) for t in payload.values()], "bad_sync", True, "bad")
+            for tensor in payload.values():
+                group.broadcast(tensor.clone(), src=0)
+            with pytest.raises(EngineHTTPError) as err:
+                done.result(timeout=60)
     client.destroy_weights_update_group("bad_sync")
     assert err.value.status == 400 and "no_such" in err.value.body
     assert _outputs(url) == before and client.get_weight_version() == version
@@ -207,12 +296,14 @@ def test_group_requests_without_group_name_use_sglangs_default(url, perturbed):
             "backend": "gloo"})
         group = init_weight_update_group("127.0.0.1", port, 0, 2, "weight_update_group", "gloo", timeout_s=60)
         assert joined.result(timeout=60).status_code == 200
+        assert requests.post(f"{url}/begin_weight_update", json={}, timeout=10).status_code == 200
         done = pool.submit(requests.post, f"{url}/update_weights_from_distributed", timeout=60, json={
             "names": names, "dtypes": [str(named[n].dtype).removeprefix("torch.") for n in names],
             "shapes": [list(named[n].shape) for n in names]})
         for name in names:
             group.broadcast(named[name].clone(), src=0)
         assert done.result(timeout=60).status_code == 200
+        assert requests.post(f"{url}/end_weight_update", json={}, timeout=10).status_code == 200
     assert requests.post(f"{url}/destroy_weights_update_group", json={}, timeout=10).status_code == 200
     group.destroy()
     _check_engine_serves(url, folder, version)

@@ -132,3 +132,13 @@ def test_non_zero_node_rank_does_not_wait_for_http():
     finally:
         engine.stop()
     assert not engine.is_alive()
+
+
+def test_launched_servers_health_endpoint_does_not_generate(args, monkeypatch):
+    """SGLang's /health generates a token unless SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false:
+    a fault-tolerance probe would then race /release_memory_occupation (idle only)."""
+    from slime.backends.sglang_utils.engine import prepare
+
+    monkeypatch.delenv("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", raising=False)
+    engine = prepare(args, engine_rank=0, host="127.0.0.1", port=30000, nccl_port=30001, visible_devices=EIGHT_GPUS)
+    assert engine.env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"

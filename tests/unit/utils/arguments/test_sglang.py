@@ -29,7 +29,7 @@ def test_passthrough_flags_types_and_defaults(base_argv):
     args = parse_args(base_argv + ["--sglang-mem-fraction-static", "0.6", "--sglang-host", "0.0.0.0",
                                    "--sglang-cuda-graph-bs", "1", "2", "4"])
     assert args.sglang_mem_fraction_static == 0.6 and args.sglang_host == "0.0.0.0"
-    assert args.sglang_cuda_graph_bs == [1, 2, 4]
+    assert args.sglang_cuda_graph_bs_decode == [1, 2, 4]  # 0.5.15.post1's spelling of the decode sizes
     assert args.sglang_enable_dp_attention is False and args.sglang_dp_size == 1
     # the pinned 0.5.23 split --cuda-graph-bs: slime's flag lands on the decode graph's sizes
     assert sg.sglang_overrides(args) == {"mem_fraction_static": 0.6, "host": "0.0.0.0",
@@ -101,16 +101,32 @@ def test_render_option_spells_values_as_sglang_reads_them():
     assert sgf.render_option(by_name["tp_size"], None) == []
 
 
-def test_renamed_flag_conflicting_with_its_new_name_is_refused(base_argv):
-    with pytest.raises(ArgumentError, match="--sglang-cuda-graph-bs and --sglang-cuda-graph-bs-decode"):
-        parse_args(base_argv + ["--sglang-cuda-graph-bs", "1", "2", "--sglang-cuda-graph-bs-decode", "4"])
+def test_old_spellings_of_other_releases_reach_the_target_name(base_argv):
+    """The surface is the union of the supported releases: 0.5.15.post1's aliases of renamed
+    options (--cuda-graph-bs, --cuda-graph-max-bs, --nsa-prefill-backend,
+    --mamba-scheduler-strategy) set the field 0.5.23 spells --cuda-graph-bs-decode etc."""
+    args = parse_args(base_argv + ["--sglang-cuda-graph-bs", "1", "2", "--sglang-cuda-graph-max-bs", "64",
+                                   "--sglang-nsa-prefill-backend", "flashmla_sparse",
+                                   "--sglang-mamba-scheduler-strategy", "no_buffer"])
+    overrides = sg.sglang_overrides(args)
+    assert overrides["cuda_graph_bs_decode"] == [1, 2] and overrides["cuda_graph_max_bs_decode"] == 64
+    assert overrides["dsa_prefill_backend"] == "flashmla_sparse"
+    assert overrides["mamba_radix_cache_strategy"] == "no_buffer"
 
 
-def test_renamed_flag_without_a_new_name_is_refused_naming_the_release(base_argv, monkeypatch):
-    fields = [f for f in sg.fallback_server_arg_fields() if f["name"] != "cuda_graph_bs_decode"]
-    monkeypatch.setattr(sg, "server_arg_fields", lambda: fields)
-    with pytest.raises(ArgumentError, match=f"--sglang-cuda-graph-bs: sglang {sg.PINNED_SGLANG_VERSION} has no"):
-        parse_args(base_argv + ["--sglang-cuda-graph-bs", "1"])
+def test_an_option_the_target_release_lacks_is_refused_naming_it_and_the_release(base_argv):
+    only_old = [e for e in sg.union_server_arg_fields() if e["name"] == "torchao_config"]
+    assert only_old and only_old[0]["releases"] == ["0.5.15.post1"]
+    with pytest.raises(ArgumentError, match=f"--sglang-torchao-config: sglang {sg.PINNED_SGLANG_VERSION} "
+                       r"\(the release this job launches\) has no --torchao-config option"):
+        parse_args(base_argv + ["--sglang-torchao-config", "int8wo"])
+
+
+def test_sglang_config_accepts_slimes_top_level_sglang_section(base_argv, tmp_path):
+    config = tmp_path / "sglang.yaml"
+    config.write_text("sglang:\n  mem-fraction-static: 0.6\n  cuda_graph_max_bs: 32\n")
+    args = parse_args(base_argv + ["--sglang-config", str(config)])
+    assert args.sglang_mem_fraction_static == 0.6 and args.sglang_cuda_graph_max_bs_decode == 32
 
 
 def test_live_path_reads_the_installed_parser(tmp_path, monkeypatch):
@@ -183,7 +199,7 @@ def test_sglang_config_merges_under_the_command_line(base_argv, tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("no_such_option: 1\n", "'no_such_option' is not an option of sglang"),
+    ("no_such_option: 1\n", "'no_such_option' is not an option of any supported sglang release"),
     ("tp_size: 4\n", "'tp_size' is set by slime"),
     ("enable_eplb: 3\n", "enable_eplb must be true or false"),
     ("- a\n", "expected a mapping"),
