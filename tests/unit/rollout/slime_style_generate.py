@@ -3,6 +3,8 @@ paths, `GenerateState(args)`, `post` to the router's /generate, `append_response
 reward and a custom rollout function. Loaded by tests/unit/rollout/test_generate_state.py through
 --custom-generate-function-path / --custom-rm-path; nothing here knows it runs on our package."""
 
+import re
+
 from slime.rollout.rm_hub import batched_async_rm, grade_answer_verl  # noqa: F401 (slime's names)
 from slime.rollout.rm_hub.math_dapo_utils import compute_score
 from slime.rollout.rm_hub.math_utils import extract_answer
@@ -16,8 +18,8 @@ SEEN = {"states": set(), "remaining": []}
 
 
 def calculator(prompt: str) -> str:
-    """The "tool": evaluates the toy prompt ("347 mod 2")."""
-    n, _, m = prompt.partition(" mod ")
+    """The "tool": evaluates the toy prompt ("347 mod 2", chat template or not)."""
+    n, m = re.search(r"(\d+) mod (\d+)", prompt).groups()
     return f"\n<tool_response>{int(n) % int(m)}</tool_response>\n"
 
 
