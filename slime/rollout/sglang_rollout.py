@@ -39,7 +39,6 @@ from slime.utils.plugins import (
     call_sample_hook,
     current_rollout_id,
 )
-from slime.utils.sample_append import append_routed_experts
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 
@@ -126,8 +125,9 @@ def response_budget(args, sample: Sample, max_new_tokens: int) -> int:
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
     """Generate (or, for a partially generated sample, continue) one response via `/generate`.
 
-    Appends the new tokens, text and logprobs to `sample`, records the weight version and sets
-    the status from SGLang's finish reason. slime-compatible: `generate(args, sample, params)`.
+    Appends the turn with `sample.append_response_tokens` as slime does (tokens, text, log-probs,
+    a loss mask of 1s, the weight version when the engine sends one, the status from SGLang's
+    finish reason). slime-compatible: `generate(args, sample, params)`.
     """
     if ctx is None:  # called directly (slime's signature): a short-lived context of its own
         ctx = RolloutContext.create(args)
@@ -145,20 +145,12 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
                                        return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
     output = await send_generate(args, await ctx.generate_client(payload), payload)
     meta = output["meta_info"]
-    new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
-    sample.tokens = sample.tokens + new_tokens
-    sample.response += output["text"]
-    sample.response_length += len(new_tokens)
-    sample.rollout_log_probs = (sample.rollout_log_probs or []) + [float(i[0]) for i in meta["output_token_logprobs"]]
-    if sample.loss_mask is not None:
-        sample.loss_mask = sample.loss_mask + [1] * len(new_tokens)
-    sample.weight_versions.append(str(meta.get("weight_version")))
-    sample.prefix_cache_info.add(meta)
-    sample.spec_info.add(meta)
-    sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
+    Sample.status_from_finish_reason(meta["finish_reason"]["type"])  # an unknown reason raises
     if payload.get("return_routed_experts"):  # the whole sequence's routing replaces an earlier turn's
         sample.rollout_routed_experts = None
-        append_routed_experts(sample, args, meta)
+    pairs = meta["output_token_logprobs"]
+    sample.append_response_tokens(args, tokens=[int(p[1]) for p in pairs], log_probs=[float(p[0]) for p in pairs],
+                                  text=output["text"], meta_info=meta)
     return sample
 
 

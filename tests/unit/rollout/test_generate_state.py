@@ -118,3 +118,13 @@ def test_slime_style_multi_turn_generate_runs_unchanged(args):  # noqa: F811
             assert user.calculator(s.prompt) in s.response
             assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
             assert s.reward in (1.0, -1.0)
+
+
+def test_default_generate_appends_as_slime_does(args):  # noqa: F811
+    """slime's default generate goes through append_response_tokens: a list loss mask of 1s and the
+    engine's weight version as sent (no "None" when an engine sends none)."""
+    params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 2}
+    sample = asyncio.run(sglang_rollout.generate(args, Sample(prompt="12 mod 2", index=0), params))
+    assert sample.loss_mask == [1] * sample.response_length and sample.response_length >= 1
+    assert len(sample.rollout_log_probs) == sample.response_length
+    assert sample.weight_versions and "None" not in sample.weight_versions
