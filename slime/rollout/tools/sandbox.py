@@ -44,7 +44,11 @@ _SETUP_TAG = "slime-sandbox-setup:"
 _REQUIRED_TOOLS = ("unshare", "prlimit", "setpriv")
 
 # Run as root inside the new namespaces: every mount read-only, a private tmpfs at /tmp, then the
-# interpreter as an unprivileged uid. $1 uid, $2 tmpfs size; the rest is the command to exec.
+# interpreter as an unprivileged uid. $1 uid, $2 tmpfs size; the rest is the command to run. The
+# shell stays the namespace's first process (not `exec`): it keeps unshare's parent-death signal,
+# which the kernel clears on a process whose uid changes, and the code cannot signal it or leave
+# its process group; so killing unshare kills it, and with it the whole PID namespace. It exits
+# with the code's status (128 + N when a signal N killed the code).
 _SETUP_SCRIPT = r"""
 fail() { echo "{tag} $1" >&2; exit {code}; }
 uid="$1"; size="$2"; shift 2
@@ -54,7 +58,7 @@ done || exit {code}
 mount -t tmpfs -o "size=$size,mode=0755,nosuid,nodev" tmpfs /tmp || fail "cannot mount a tmpfs on /tmp"
 mkdir -m 0700 {workdir} && chown "$uid:$uid" {workdir} && cd {workdir} || fail "cannot create {workdir}"
 unset OLDPWD
-exec "$@"
+"$@"
 """.replace("{tag}", _SETUP_TAG).replace("{code}", str(SETUP_FAILED_EXIT)).replace("{workdir}", WORKDIR)
 
 # The tool's program: read the code from stdin, run it as __main__.
@@ -166,14 +170,22 @@ class Sandbox:
 
 
 def _kill_group(proc) -> None:
-    """SIGKILL the run's process group: unshare and the namespace's first process (its death kills
-    the rest of the PID namespace)."""
+    """SIGKILL the run's process group: unshare and the namespace's first process, the root shell
+    (its death kills the rest of the PID namespace; it also dies by its parent-death signal)."""
     if proc.returncode is not None:
         return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _signal_of(rc: int) -> int | None:
+    """The signal behind a shell's exit status 128 + N (None for an ordinary exit code)."""
+    try:
+        return signal.Signals(rc - 128).value if rc > 128 else None
+    except ValueError:
+        return None
 
 
 def _last_line(text: str) -> str:
@@ -191,8 +203,9 @@ def _result(raw: bytes, rc: int | None, timed_out: bool, truncated: bool, uid: i
         error = f"sandbox setup failed: {output.split(_SETUP_TAG, 1)[1].strip()}"
     elif output.startswith("unshare:"):
         error = f"sandbox unavailable (namespaces need root or CAP_SYS_ADMIN): {_last_line(output)}"
-    elif rc is not None and rc < 0:
-        error = f"killed by {signal.Signals(-rc).name}" + (" (CPU time limit)" if -rc == signal.SIGXCPU else "")
+    elif rc is not None and (rc < 0 or _signal_of(rc)):
+        sig = -rc if rc < 0 else _signal_of(rc)
+        error = f"killed by {signal.Signals(sig).name}" + (" (CPU time limit)" if sig == signal.SIGXCPU else "")
     else:
         error = f"exit code {rc}: {_last_line(output) or 'no output'}"
     return SandboxResult(output=output, error=error, exit_code=rc, timed_out=timed_out, truncated=truncated, uid=uid)

@@ -86,6 +86,13 @@ def test_sleeping_children_die_with_the_run(sandbox):
     assert_contained_then_usable(sandbox, result)
 
 
+def test_a_new_session_does_not_outlive_the_timeout(sandbox):
+    """Code that leaves the process group (setsid) and sleeps is still killed at the timeout."""
+    result = run(sandbox, "import os, time\nos.setsid()\ntime.sleep(60)", timeout=1.0)
+    assert result.timed_out
+    assert_contained_then_usable(sandbox, result)
+
+
 def test_writes_outside_the_folder_are_refused(sandbox, tmp_path):
     shared = Path(tempfile.mkdtemp(dir="/var/tmp"))  # world-writable, not under the private /tmp
     try:
@@ -125,3 +132,4 @@ def test_output_is_bounded_and_concurrent_runs_work(sandbox):
     assert [r.output for r in asyncio.run(several())] == ["0\n", "1\n", "4\n"]
     assert run(sandbox, "raise SystemExit(5)").error == "exit code 5: no output"
     assert "ZeroDivisionError" in run(sandbox, "1 / 0").text()
+    assert run(sandbox, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)").error == "killed by SIGKILL"
