@@ -4,25 +4,29 @@
 `SandboxResult` (the output, or a clear error); at most `max_concurrency` runs at once.
 
 What it guarantees (Linux; the rollout process must be root or hold CAP_SYS_ADMIN, with util-linux's
-`unshare`, `prlimit` and `setpriv`; `Sandbox()` raises `SandboxUnavailableError` naming what is
+`unshare`, `prlimit`, `setpriv` and `chroot`; `Sandbox()` raises `SandboxUnavailableError` naming what is
 missing, and a run where namespaces cannot be created returns that error):
 - new PID, network and mount namespaces (`unshare --pid --net --mount --fork --kill-child`). When
   the run ends or is killed, the kernel kills every process it started: nothing is left behind.
 - no network: the namespace has only a loopback interface, which is down, so connecting or
   binding anywhere fails ("Network is unreachable").
-- the whole file system is re-mounted read-only inside the namespace; the only writable place is a
-  fresh tmpfs at /tmp (at most `disk_bytes`) holding the private working folder `WORKDIR` (the
-  cwd, also $HOME and $TMPDIR), which disappears with the run. A write anywhere else fails.
+- its own root file system: a fresh tmpfs (at most `disk_bytes`) holding read-only binds of the
+  host's system folders `SYSTEM_DIRS` (/usr, /bin, /lib*, /etc, ...), /dev's null, zero, random
+  and urandom, the namespace's /proc (read-only) and the working folder `WORKDIR` (the cwd, also
+  $HOME and $TMPDIR), the only writable place, gone with the run. The rest of the host (/work,
+  /root, /home, /var, /run, /tmp and the Unix sockets there) is not visible; every host mount is
+  also re-mounted read-only inside the namespace.
 - the code runs as a random unprivileged uid/gid (no capabilities, `no_new_privs`, no groups), so
-  root-only files (e.g. /root) are unreadable and the read-only mounts cannot be undone; it gets
-  an empty environment (the job's API key is not passed).
+  it cannot leave the chroot or undo the read-only mounts; it gets an almost empty environment
+  (PATH, HOME, TMPDIR, LANG: the job's API key is not passed).
 - limits: address space `memory_bytes` (RLIMIT_AS: an allocation beyond it raises MemoryError),
   `max_processes` processes and threads of that uid (RLIMIT_NPROC, enforced because the uid is
   not root: a fork bomb gets EAGAIN), CPU seconds (wall timeout + 1), file size, open files, no
   core dumps; wall time `timeout` (the whole namespace is killed).
 - output: stdout and stderr together, the first `max_output_bytes` bytes kept (`truncated`).
-Not guaranteed: the host file system stays *readable* where its permissions allow any user to
-read; the code may use a full CPU core until its timeout; kernel exploits are out of scope.
+Not guaranteed: files under `SYSTEM_DIRS` that any user may read stay readable; the code may use
+a full CPU core until its timeout; kernel exploits are out of scope. The interpreter (`python`,
+default /usr/bin/python3) must live under `SYSTEM_DIRS`: the job's virtualenv is not visible.
 """
 
 from __future__ import annotations
@@ -41,28 +45,51 @@ logger = logging.getLogger(__name__)
 WORKDIR = "/tmp/work"
 SETUP_FAILED_EXIT = 97
 _SETUP_TAG = "slime-sandbox-setup:"
-_REQUIRED_TOOLS = ("unshare", "prlimit", "setpriv")
+_REQUIRED_TOOLS = ("unshare", "prlimit", "setpriv", "chroot")
 
-# Run as root inside the new namespaces: every mount read-only, a private tmpfs at /tmp, then the
-# interpreter as an unprivileged uid. $1 uid, $2 tmpfs size; the rest is the command to run. The
-# shell stays the namespace's first process (not `exec`): it keeps unshare's parent-death signal,
-# which the kernel clears on a process whose uid changes, and the code cannot signal it or leave
-# its process group; so killing unshare kills it, and with it the whole PID namespace. It exits
-# with the code's status (128 + N when a signal N killed the code).
+# The host's system folders the code sees (read-only): enough to run the interpreter.
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+
+# Run as root inside the new namespaces: every mount read-only; a fresh tmpfs at /tmp becomes the
+# code's root file system, holding read-only binds of SYSTEM_DIRS, /dev's null/zero/random/urandom,
+# the namespace's /proc and the working folder; then, chrooted there, the interpreter runs as an
+# unprivileged uid. $1 uid, $2 tmpfs size; the rest is the command to run. The shell stays the
+# namespace's first process (not `exec`): it keeps unshare's parent-death signal, which the kernel
+# clears on a process whose uid changes, and the code cannot signal it or leave its process group;
+# so killing unshare kills it, and with it the whole PID namespace. It exits with the code's status
+# (128 + N when a signal N killed the code).
 _SETUP_SCRIPT = r"""
 fail() { echo "{tag} $1" >&2; exit {code}; }
 uid="$1"; size="$2"; shift 2
 sed 's/\\040/ /g' /proc/self/mounts | while read -r _dev mp _rest; do
     mount -o remount,bind,ro "$mp" 2>/dev/null || fail "cannot make $mp read-only"
 done || exit {code}
-mount -t tmpfs -o "size=$size,mode=0755,nosuid,nodev" tmpfs /tmp || fail "cannot mount a tmpfs on /tmp"
-mkdir -m 0700 {workdir} && chown "$uid:$uid" {workdir} && cd {workdir} || fail "cannot create {workdir}"
-unset OLDPWD
-"$@"
-""".replace("{tag}", _SETUP_TAG).replace("{code}", str(SETUP_FAILED_EXIT)).replace("{workdir}", WORKDIR)
+root=/tmp
+mount -t tmpfs -o "size=$size,mode=0755,nosuid,nodev" tmpfs "$root" || fail "cannot mount a tmpfs on /tmp"
+for d in {dirs}; do
+    if [ -L "/$d" ]; then
+        cp -P "/$d" "$root/$d" || fail "cannot copy the link /$d"
+    elif [ -d "/$d" ]; then
+        mkdir "$root/$d" && mount --rbind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d" \
+            || fail "cannot bind /$d read-only"
+    fi
+done
+mkdir "$root/proc" "$root/dev" && mount -t proc -o ro,nosuid,nodev,noexec proc "$root/proc" || fail "cannot mount /proc"
+for f in null zero random urandom; do
+    touch "$root/dev/$f" && mount --bind "/dev/$f" "$root/dev/$f" || fail "cannot bind /dev/$f"
+done
+mkdir -m 0755 "$root/tmp" && mkdir -m 0700 "$root{workdir}" && chown "$uid:$uid" "$root{workdir}" \
+    || fail "cannot create {workdir}"
+cd / && unset OLDPWD
+chroot "$root" "$@"
+"""
+for _key, _value in (("{tag}", _SETUP_TAG), ("{code}", str(SETUP_FAILED_EXIT)), ("{workdir}", WORKDIR),
+                     ("{dirs}", " ".join(SYSTEM_DIRS))):
+    _SETUP_SCRIPT = _SETUP_SCRIPT.replace(_key, _value)
 
-# The tool's program: read the code from stdin, run it as __main__.
-_RUNNER = "import sys; code = sys.stdin.read(); sys.stdin.close(); exec(compile(code, '<tool>', 'exec'), {'__name__': '__main__'})"
+# The tool's program: read the code from stdin, run it as __main__ in the working folder.
+_RUNNER = ("import os, sys; os.chdir(" + repr(WORKDIR) + "); code = sys.stdin.read(); sys.stdin.close(); "
+           "exec(compile(code, '<tool>', 'exec'), {'__name__': '__main__'})")
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -98,9 +125,10 @@ class Sandbox:
         missing = [tool for tool in _REQUIRED_TOOLS if shutil.which(tool) is None]
         if missing:
             raise SandboxUnavailableError(f"the tool sandbox needs util-linux's {', '.join(missing)} on PATH")
-        if not os.path.isfile(python):
-            raise SandboxUnavailableError(f"sandbox interpreter {python} not found (it must be readable by any user, "
-                                          "so a Python under /root does not work)")
+        top = python.split("/")[1] if python.startswith("/") else ""
+        if top not in SYSTEM_DIRS or not os.path.isfile(python):
+            raise SandboxUnavailableError(f"sandbox interpreter {python}: not a file under one of the system folders "
+                                          f"/{', /'.join(SYSTEM_DIRS)} (the only ones the code sees), e.g. /usr/bin/python3")
         if max_concurrency < 1 or max_processes < 1 or max_output_bytes < 0:
             raise ValueError("max_concurrency and max_processes must be >= 1, max_output_bytes >= 0")
         self.memory_bytes, self.max_processes, self.disk_bytes = memory_bytes, max_processes, disk_bytes
@@ -136,7 +164,7 @@ class Sandbox:
 
     async def _run(self, code: str, timeout: float) -> SandboxResult:
         uid = 1_000_000 + secrets.randbelow(2**30)  # nobody else runs as it: RLIMIT_NPROC counts only us
-        env = {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
         proc = await asyncio.create_subprocess_exec(
             *self.command(uid, timeout), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slime.rollout.tools.sandbox import WORKDIR, Sandbox, SandboxUnavailableError
+from slime.rollout.tools.sandbox import SYSTEM_DIRS, WORKDIR, Sandbox, SandboxUnavailableError
 
 
 @pytest.fixture(scope="module")
@@ -93,23 +93,30 @@ def test_a_new_session_does_not_outlive_the_timeout(sandbox):
     assert_contained_then_usable(sandbox, result)
 
 
-def test_writes_outside_the_folder_are_refused(sandbox, tmp_path):
-    shared = Path(tempfile.mkdtemp(dir="/var/tmp"))  # world-writable, not under the private /tmp
-    try:
-        shared.chmod(0o777)
-        for target in (shared / "escaped", tmp_path / "escaped", Path("/escaped")):
-            result = run(sandbox, f"open({str(target)!r}, 'w').write('x')")
-            assert "Error" in result.error, result.output
-            assert not target.exists()
-            assert_contained_then_usable(sandbox, result)
-        assert "Read-only file system" in run(sandbox, f"open({str(shared / 'x')!r}, 'w')").error
-    finally:
-        for child in shared.iterdir():
-            child.unlink()
-        shared.rmdir()
+@pytest.fixture
+def world_writable_dir():
+    """A folder any user may write to, outside /tmp (which the sandbox replaces anyway)."""
+    shared = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    shared.chmod(0o777)
+    yield shared
+    for child in shared.iterdir():
+        child.unlink()
+    shared.rmdir()
 
 
-def test_no_network(sandbox):
+def test_writes_outside_the_folder_are_refused(sandbox, tmp_path, world_writable_dir):
+    for target in (world_writable_dir / "escaped", tmp_path / "escaped", Path("/escaped"), Path("/etc/escaped")):
+        result = run(sandbox, f"open({str(target)!r}, 'w').write('x')")
+        assert "Error" in result.error, result.output
+        assert not target.exists()
+        assert_contained_then_usable(sandbox, result)
+    assert "Read-only file system" in run(sandbox, "open('/usr/escaped', 'w')").error
+    seen = run(sandbox, "import os; print(sorted(os.listdir('/')), os.path.exists('/work'), os.path.exists('/root'))")
+    assert seen.ok and seen.output.endswith(" False False\n")  # the system folders only
+    assert set(eval(seen.output.rsplit(" ", 2)[0])) <= {*SYSTEM_DIRS, "dev", "proc", "tmp"}
+
+
+def test_no_network(sandbox, world_writable_dir):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -120,6 +127,13 @@ def test_no_network(sandbox):
         with pytest.raises(socket.timeout):
             listener.accept()  # nothing reached the host
     assert_contained_then_usable(sandbox, result)
+    path = world_writable_dir / "host.sock"  # a Unix socket any user may connect to on the host
+    with socket.socket(socket.AF_UNIX) as host:
+        host.bind(str(path))
+        path.chmod(0o777)
+        host.listen()
+        code = f"import socket\nsocket.socket(socket.AF_UNIX).connect({str(path)!r})"
+        assert "No such file or directory" in run(sandbox, code).error
 
 
 def test_output_is_bounded_and_concurrent_runs_work(sandbox):
