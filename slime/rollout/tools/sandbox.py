@@ -4,7 +4,7 @@
 `SandboxResult` (the output, or a clear error); at most `max_concurrency` runs at once.
 
 What it guarantees (Linux; the rollout process must be root or hold CAP_SYS_ADMIN, with util-linux's
-`unshare`, `prlimit`, `setpriv` and `chroot`; `Sandbox()` raises `SandboxUnavailableError` naming what is
+`unshare`, `prlimit` and `setpriv`, and `chroot`; `Sandbox()` raises `SandboxUnavailableError` naming what is
 missing, and a run where namespaces cannot be created returns that error):
 - new PID, network and mount namespaces (`unshare --pid --net --mount --fork --kill-child`). When
   the run ends or is killed, the kernel kills every process it started: nothing is left behind.
@@ -127,8 +127,9 @@ class Sandbox:
             raise SandboxUnavailableError(f"the tool sandbox needs util-linux's {', '.join(missing)} on PATH")
         top = python.split("/")[1] if python.startswith("/") else ""
         if top not in SYSTEM_DIRS or not os.path.isfile(python):
-            raise SandboxUnavailableError(f"sandbox interpreter {python}: not a file under one of the system folders "
-                                          f"/{', /'.join(SYSTEM_DIRS)} (the only ones the code sees), e.g. /usr/bin/python3")
+            raise SandboxUnavailableError(
+                f"sandbox interpreter {python}: not a file under one of the system folders "
+                f"/{', /'.join(SYSTEM_DIRS)} (the only ones the code sees), e.g. /usr/bin/python3")
         if max_concurrency < 1 or max_processes < 1 or max_output_bytes < 0:
             raise ValueError("max_concurrency and max_processes must be >= 1, max_output_bytes >= 0")
         self.memory_bytes, self.max_processes, self.disk_bytes = memory_bytes, max_processes, disk_bytes

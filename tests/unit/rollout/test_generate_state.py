@@ -7,7 +7,6 @@ import copy
 import pickle
 from types import SimpleNamespace
 
-import pytest
 
 from slime.rollout import sglang_rollout
 from slime.rollout.data_source import RolloutDataSourceWithBuffer

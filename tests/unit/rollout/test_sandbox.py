@@ -2,7 +2,6 @@
 folder, a socket) ends with an error, leaves nothing behind on the host, and the next run works."""
 
 import asyncio
-import os
 import socket
 import tempfile
 from pathlib import Path

@@ -33,9 +33,10 @@ class ScriptedEngine:
     async def post(self, url, payload, max_retries=60):
         self.requests.append(payload)
         text, finish = self.turns.pop(0)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: payload["sampling_params"]["max_new_tokens"]]
-        logprobs = [[-0.5 - i, t, None] for i, t in enumerate(ids)]
-        return {"text": self.tokenizer.decode(ids), "meta_info": {"output_token_logprobs": logprobs, "finish_reason": finish}}
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = ids[: payload["sampling_params"]["max_new_tokens"]]
+        meta = {"output_token_logprobs": [[-0.5 - i, t, None] for i, t in enumerate(ids)], "finish_reason": finish}
+        return {"text": self.tokenizer.decode(ids), "meta_info": meta}
 
 
 @pytest.fixture
@@ -64,7 +65,8 @@ def test_tool_result_is_appended_with_loss_mask_zero(bare_args, monkeypatch):
     def ids(text):
         return tok(text, add_special_tokens=False)["input_ids"]
 
-    prompt, call, result, answer = ids(out.prompt), ids("<calc>3*(4+5)</calc>"), ids("<result>27</result>"), ids("27<|im_end|>")
+    prompt, call = ids(out.prompt), ids("<calc>3*(4+5)</calc>")
+    result, answer = ids("<result>27</result>"), ids("27<|im_end|>")
     assert out.tokens == prompt + call + result + answer
     assert out.response_length == len(call) + len(result) + len(answer) == len(out.tokens) - len(prompt)
     assert out.loss_mask == [1] * len(call) + [0] * len(result) + [1] * len(answer)
