@@ -127,3 +127,21 @@ def test_default_generate_appends_as_slime_does(args):  # noqa: F811
     assert sample.loss_mask == [1] * sample.response_length and sample.response_length >= 1
     assert len(sample.rollout_log_probs) == sample.response_length
     assert sample.weight_versions and "None" not in sample.weight_versions
+
+
+def test_submit_generate_tasks_as_a_custom_rollout_does(args):  # noqa: F811
+    """slime's custom rollout functions submit groups through the state and wait on `pendings`."""
+    state = GenerateState(args)
+    groups = [[Sample(prompt=f"{n} mod 2", index=2 * g + i, group_index=g, label=str(n % 2)) for i in range(2)]
+              for g, n in enumerate((12, 7))]
+
+    async def run():
+        state.submit_generate_tasks(groups)
+        assert state.remaining_batch_size == 2 and len(state.pendings) == 2
+        done, state.pendings = await asyncio.wait(state.pendings)
+        return [task.result() for task in done]
+
+    results = asyncio.run(run())
+    assert sorted(s.index for group in results for s in group) == [0, 1, 2, 3]
+    assert all(s.response_length >= 1 and s.reward in (0, 1) for group in results for s in group)
+    state.reset()
