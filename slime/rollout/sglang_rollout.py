@@ -9,7 +9,9 @@ later. Eval rollouts run every dataset of `args.eval_datasets` (`--eval-config` 
 
 The engines may be real SGLang servers or our local engine: both speak the same API, reached
 through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
-All per-rollout state lives in a `RolloutContext`; nothing is kept between calls.
+Per-rollout state lives in a `RolloutContext`; what slime keeps per job (tokenizer, semaphore,
+abort flag, pending groups) is the job's `GenerateState(args)`, which the context shares and the
+rollout resets when it ends (`slime.rollout.generate_state`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slime.rollout.direct_engines import DirectEngines
+from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.rollout.router_requests import send_generate, router_client
 from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_url  # noqa: F401 re-exported
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
-from slime.utils.data import build_samples, load_prompt_rows, load_tokenizer
+from slime.utils.data import build_samples, load_prompt_rows
 from slime.utils import engine_requests
 from slime.utils.engine_client import EngineClient
 from slime.utils.misc import load_function
@@ -36,43 +39,38 @@ from slime.utils.plugins import (
     call_sample_hook,
     current_rollout_id,
 )
-from slime.utils.sample_append import append_routed_experts
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
-
-
-def sampling_params_from_args(args, evaluation: bool = False) -> dict:
-    """SGLang sampling params for train or eval rollouts (eval flags fall back to rollout ones)."""
-
-    def pick(eval_name: str, name: str):
-        value = getattr(args, eval_name, None) if evaluation else None
-        return getattr(args, name) if value is None else value
-
-    return {
-        "temperature": pick("eval_temperature", "rollout_temperature"),
-        "top_p": pick("eval_top_p", "rollout_top_p"),
-        "top_k": pick("eval_top_k", "rollout_top_k"),
-        "max_new_tokens": pick("eval_max_response_len", "rollout_max_response_len"),
-        "stop": args.rollout_stop,
-        "stop_token_ids": args.rollout_stop_token_ids,
-        "skip_special_tokens": args.rollout_skip_special_tokens,
-        "no_stop_trim": True,
-        "spaces_between_special_tokens": False,
-    }
 
 
 @dataclass
 class RolloutContext:
-    """Everything one rollout call shares: tokenizer, router client, concurrency, plugins."""
+    """Everything one rollout call shares: the job's `GenerateState` (tokenizer, concurrency,
+    abort flag), the router client and the plugins."""
 
     args: object
     rollout_id: int | None
     client: EngineClient
-    semaphore: asyncio.Semaphore
-    tokenizer: object
+    state: GenerateState
     custom_generate: Callable | None = None
     sample_hooks: list[Callable] = field(default_factory=list)
-    aborted: bool = False
     direct: DirectEngines | None = None  # R3 requests bypass the router (direct_engines.py)
+
+    @property
+    def tokenizer(self):
+        return self.state.tokenizer
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        return self.state.semaphore
+
+    @property
+    def aborted(self) -> bool:
+        """The job's abort flag (`GenerateState.aborted`), seen by custom generate functions too."""
+        return self.state.aborted
+
+    @aborted.setter
+    def aborted(self, value: bool) -> None:
+        self.state.aborted = value
 
     async def __aenter__(self) -> "RolloutContext":
         return self
@@ -92,13 +90,11 @@ class RolloutContext:
 
     @classmethod
     def create(cls, args, rollout_id=None) -> "RolloutContext":
-        num_engines = max(1, (args.rollout_num_gpus or 1) // args.rollout_num_gpus_per_engine)
         return cls(
             args=args,
             rollout_id=rollout_id,
             client=router_client(args),
-            semaphore=asyncio.Semaphore(args.sglang_server_concurrency * num_engines),
-            tokenizer=load_tokenizer(args.hf_checkpoint),
+            state=GenerateState(args),
             custom_generate=_maybe_load(args.custom_generate_function_path),
             sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
         )
@@ -129,8 +125,9 @@ def response_budget(args, sample: Sample, max_new_tokens: int) -> int:
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
     """Generate (or, for a partially generated sample, continue) one response via `/generate`.
 
-    Appends the new tokens, text and logprobs to `sample`, records the weight version and sets
-    the status from SGLang's finish reason. slime-compatible: `generate(args, sample, params)`.
+    Appends the turn with `sample.append_response_tokens` as slime does (tokens, text, log-probs,
+    a loss mask of 1s, the weight version when the engine sends one, the status from SGLang's
+    finish reason). slime-compatible: `generate(args, sample, params)`.
     """
     if ctx is None:  # called directly (slime's signature): a short-lived context of its own
         ctx = RolloutContext.create(args)
@@ -148,20 +145,12 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
                                        return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
     output = await send_generate(args, await ctx.generate_client(payload), payload)
     meta = output["meta_info"]
-    new_tokens = [int(item[1]) for item in meta["output_token_logprobs"]]
-    sample.tokens = sample.tokens + new_tokens
-    sample.response += output["text"]
-    sample.response_length += len(new_tokens)
-    sample.rollout_log_probs = (sample.rollout_log_probs or []) + [float(i[0]) for i in meta["output_token_logprobs"]]
-    if sample.loss_mask is not None:
-        sample.loss_mask = sample.loss_mask + [1] * len(new_tokens)
-    sample.weight_versions.append(str(meta.get("weight_version")))
-    sample.prefix_cache_info.add(meta)
-    sample.spec_info.add(meta)
-    sample.status = Sample.status_from_finish_reason(meta["finish_reason"]["type"])
+    Sample.status_from_finish_reason(meta["finish_reason"]["type"])  # an unknown reason raises
     if payload.get("return_routed_experts"):  # the whole sequence's routing replaces an earlier turn's
         sample.rollout_routed_experts = None
-        append_routed_experts(sample, args, meta)
+    pairs = meta["output_token_logprobs"]
+    sample.append_response_tokens(args, tokens=[int(p[1]) for p in pairs], log_probs=[float(p[0]) for p in pairs],
+                                  text=output["text"], meta_info=meta)
     return sample
 
 
@@ -233,12 +222,15 @@ async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[li
     """Collect `--rollout-batch-size` groups that pass the dynamic filter; returns them in the
     order their prompts were drawn, plus rollout metrics."""
     ctx = RolloutContext.create(args, rollout_id)
-    async with ctx:
-        return await _collect_groups(ctx, data_source)
+    try:
+        async with ctx:
+            return await _collect_groups(ctx, data_source)
+    finally:
+        ctx.state.reset()  # slime resets after every rollout: the next one starts unaborted
 
 
 async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[Sample]], dict]:
-    args = ctx.args
+    args, state = ctx.args, ctx.state
     params = sampling_params_from_args(args)
     dyn_filter = _maybe_load(args.dynamic_sampling_filter_path)
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
@@ -255,7 +247,9 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
             for group in groups:
                 task = asyncio.create_task(generate_and_rm_group(ctx, group, params, False))
                 pending[task] = order
+                state.pendings.add(task)
                 order += 1
+            state.remaining_batch_size += len(groups)
         if not pending:
             fallback = [(p, g) for p, g, keep_anyway in dropped if keep_anyway][: target - len(kept)]
             if len(kept) + len(fallback) < target:
@@ -265,11 +259,13 @@ async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[S
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             group, position = task.result(), pending.pop(task)
+            state.pendings.discard(task)
             verdict = call_dynamic_filter(dyn_filter, args, group) if dyn_filter else None
             if verdict is None or verdict.keep:
                 kept.append((position, group))
             else:
                 drops[verdict.reason or "filtered"] += 1
+                state.remaining_batch_size -= 1
                 dropped.append((position, group, verdict.keep_when_insufficient))
     kept.sort(key=lambda x: x[0])
     # groups that finished beyond the target in the last round are spare, like the aborted ones
@@ -315,8 +311,11 @@ def _dataset_configs(args) -> list:
 async def eval_rollout_async(args, rollout_id: int) -> dict[str, dict]:
     """Generate and reward every eval dataset; returns slime's eval data dict per dataset."""
     ctx = RolloutContext.create(args, rollout_id)
-    async with ctx:
-        return {cfg.name: await _eval_dataset(ctx, cfg) for cfg in _dataset_configs(args)}
+    try:
+        async with ctx:
+            return {cfg.name: await _eval_dataset(ctx, cfg) for cfg in _dataset_configs(args)}
+    finally:
+        ctx.state.reset()
 
 
 def _eval_sampling_params(args, cfg) -> dict:

@@ -36,7 +36,8 @@ def _collect(monkeypatch, filter_name, groups, target):
         rollout_sample_filter_path=None, rollout_all_samples_process_path=None, rollout_temperature=1.0,
         rollout_top_p=1.0, rollout_top_k=-1, rollout_max_response_len=4, rollout_stop=None,
         rollout_stop_token_ids=None, rollout_skip_special_tokens=False)
-    ctx = SimpleNamespace(args=args)
+    # the job's GenerateState as far as the collect loop uses it (pending tasks, submitted groups)
+    ctx = SimpleNamespace(args=args, state=SimpleNamespace(pendings=set(), remaining_batch_size=0, aborted=False))
     return asyncio.run(sglang_rollout._collect_groups(ctx, Source(groups)))
 
 

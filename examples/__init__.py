@@ -1,0 +1,1 @@
+"""Runnable examples (importable by dotted path from the repository root)."""

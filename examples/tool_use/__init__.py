@@ -1,0 +1,1 @@
+"""Multi-turn tool use: a calculator the model calls inside its response."""

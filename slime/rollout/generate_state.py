@@ -1,0 +1,134 @@
+"""slime's `GenerateState`: the job's rollout state that custom generate functions read.
+
+`GenerateState(args)` returns the same object for every call with the same `args` (one per job, as
+slime's `SingletonMeta` gives per process), without module-level state: the object is kept on
+`args` itself (attribute `STATE_ATTR`). Pickling or deep-copying `args` (a Ray actor, a checkpoint)
+drops it, so a copy of `args` in another process builds its own state there.
+
+Fields, as in slime: `args`, `tokenizer`, `processor` (None for a text model; loaded on first use),
+`semaphore` (`--sglang-server-concurrency` x engines requests in flight), `sampling_params` (the
+rollout flags' defaults; copy before changing), `aborted` (set when the rollout aborts what is
+still generating; a custom generate function should then stop and mark its sample aborted),
+`remaining_batch_size` (groups submitted and not filtered out), `pendings` (the set of in-flight
+group tasks), `dp_counts` / `dp_rank` / `dp_rank_context()`, `reset()` and
+`submit_generate_tasks(groups)`. The default rollout shares the semaphore, tokenizer and abort flag
+with this object and calls `reset()` after every train and eval rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+
+from slime.utils.data import load_tokenizer
+
+STATE_ATTR = "_slime_generate_state"
+
+
+def sampling_params_from_args(args, evaluation: bool = False) -> dict:
+    """SGLang sampling params for train or eval rollouts (eval flags fall back to rollout ones)."""
+
+    def pick(eval_name: str, name: str):
+        value = getattr(args, eval_name, None) if evaluation else None
+        return getattr(args, name) if value is None else value
+
+    return {
+        "temperature": pick("eval_temperature", "rollout_temperature"),
+        "top_p": pick("eval_top_p", "rollout_top_p"),
+        "top_k": pick("eval_top_k", "rollout_top_k"),
+        "max_new_tokens": pick("eval_max_response_len", "rollout_max_response_len"),
+        "stop": args.rollout_stop,
+        "stop_token_ids": args.rollout_stop_token_ids,
+        "skip_special_tokens": args.rollout_skip_special_tokens,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
+
+
+def rollout_concurrency(args) -> int:
+    """Requests the rollout keeps in flight: `--sglang-server-concurrency` per engine
+    (`--rollout-num-gpus` / `--rollout-num-gpus-per-engine` engines, at least one)."""
+    engines = max(1, (args.rollout_num_gpus or 1) // args.rollout_num_gpus_per_engine)
+    return args.sglang_server_concurrency * engines
+
+
+def _dropped():
+    """What a pickled or copied `GenerateState` becomes: nothing (rebuilt where it is needed)."""
+    return None
+
+
+class GenerateState:
+    """The job's generation state; `GenerateState(args)` is the same object for the same `args`."""
+
+    def __new__(cls, args):
+        state = getattr(args, STATE_ATTR, None)
+        if isinstance(state, GenerateState):
+            return state
+        state = super().__new__(cls)
+        state._build(args)
+        setattr(args, STATE_ATTR, state)
+        return state
+
+    def __init__(self, args) -> None:
+        """Built once per `args` (in `__new__`); later calls return the same object unchanged."""
+
+    def _build(self, args) -> None:
+        self.args = args
+        self.tokenizer = load_tokenizer(args.hf_checkpoint)
+        self.concurrency = rollout_concurrency(args)
+        self.sampling_params = sampling_params_from_args(args)
+        self.dp_counts = [0] * (getattr(args, "sglang_dp_size", None) or 1)
+        self.dp_rank = 0
+        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphore_loop = None
+        self.reset()
+
+    def __reduce__(self):
+        return _dropped, ()
+
+    @functools.cached_property
+    def processor(self):
+        """slime's processor: None for a text model (multimodal prompts are not implemented)."""
+        from slime.utils.processing_utils import load_processor
+
+        return load_processor(self.args.hf_checkpoint, trust_remote_code=True)
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        """At most `concurrency` generations at once. One semaphore per event loop: each of our
+        rollouts runs in its own loop, and an asyncio semaphore cannot cross loops."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # read outside a loop: the one of the last loop (or a new one)
+            loop = self._semaphore_loop
+        if self._semaphore is None or loop is not self._semaphore_loop:
+            self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.concurrency), loop
+        return self._semaphore
+
+    def reset(self) -> None:
+        """Forget one rollout's progress: nothing pending, nothing aborted (slime's reset)."""
+        self.remaining_batch_size = 0
+        self.pendings: set[asyncio.Task] = set()
+        self.aborted = False
+
+    @contextlib.contextmanager
+    def dp_rank_context(self):
+        """Yield the least-loaded SGLang data-parallel rank (`--sglang-dp-size`) for one request."""
+        rank = self.dp_counts.index(min(self.dp_counts))
+        self.dp_counts[rank] += 1
+        self.dp_rank = rank
+        try:
+            yield rank
+        finally:
+            self.dp_counts[rank] -= 1
+
+    def submit_generate_tasks(self, groups) -> None:
+        """Start `generate_and_rm_group` for every group (slime's): the tasks join `pendings`."""
+        from slime.rollout.sglang_rollout import generate_and_rm_group
+
+        for group in groups:
+            task = asyncio.ensure_future(
+                generate_and_rm_group(self.args, group, self.sampling_params.copy(), evaluation=False))
+            self.pendings.add(task)
+        self.remaining_batch_size += len(groups)

@@ -1,0 +1,1 @@
+"""Tools for multi-turn (agentic) rollouts: `sandbox.Sandbox` runs untrusted tool code."""
