@@ -24,7 +24,7 @@ setup(
     version="0.1.0",
     description="RL post-training framework for large language models, mixture-of-experts first",
     packages=find_packages(include=["slime", "slime.*"]),
-    package_data={"slime.utils.arguments": ["sglang_server_args.json"]},
+    package_data={"slime.utils.arguments": ["sglang_server_args*.json"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.6",
