@@ -15,12 +15,14 @@ How a twin is built (DESIGN.md §2b rule 4):
    experts, layers (PP) and vocab; `tools/make_tiny_model.py` writes the matching HF checkpoint at
    the recipe's `--hf-checkpoint` path, converted to torch_dist at its `--ref-load` path.
 4. **Device**: GPUs become gloo ranks (`--actor-num-nodes 1 --actor-num-gpus-per-node N`). A layout
-   with more ranks than `--max-ranks` keeps TP/PP/CP/EP and drops data-parallel replicas (and nodes);
-   when TP*PP*CP alone is too many, the largest of them is halved until it fits and EP shrinks to
-   what the expert layout allows; every changed size is printed (`fit_layout`).
-5. **Unavoidable overrides** (`RUN_OVERRIDES`, printed): two rollouts, then a resume for a third,
-   two prompts per rollout (the global batch scaled by the same factor, so steps per rollout stay
-   the recipe's), 8-token responses, and small data files. Nothing else changes.
+   with more ranks than `--max-ranks` keeps TP/PP/EP and drops data-parallel replicas (and nodes);
+   when TP*PP alone is too many, the larger is halved until it fits and EP shrinks to what the
+   expert layout allows. CP becomes 1 (megatron's context-parallel attention is Transformer
+   Engine's); every changed size is printed (`fit_layout`).
+5. **Unavoidable overrides** (`RUN_OVERRIDES_DOC`, printed): two rollouts, then a resume for a
+   third, two prompts per rollout (the global batch scaled by the same factor, so steps per rollout
+   stay the recipe's), 8-token responses, and small data files whose prompts ask for the `random`
+   reward in their metadata (`DATA_REWARD`). Nothing else changes.
 
 Usage: python tools/recipe_twin.py NAME [--max-ranks 8] [--work-dir runs/twins]
 (NAME: qwen3-30B-A3B for scripts/run-qwen3-30B-A3B.sh). Exit 0 when the twin passed.
@@ -70,8 +72,19 @@ RUN_OVERRIDES_DOC = (
     ("--global-batch-size", "recipe value x 2 / recipe rollout batch", "same optimizer steps per rollout"),
     ("--rollout-max-response-len", "8", "short responses (CPU time)"),
     ("--eval-max-response-len", "8", "short responses (CPU time)"),
+    ("--override-opt-param-scheduler", "(resume only)", "the resume extends the run from 2 to 3 rollouts; "
+     "megatron's scheduler refuses a checkpoint with another total unless told (RESUME_EXTRA)"),
+    ("train data", "64 toy prompts, metadata rm_type=random", "non-zero advantages (DATA_REWARD)"),
 )
 TWIN_ROLLOUT_BATCH, TWIN_RESPONSE_LEN = 2, 8
+# The twin's train prompts name this reward in their metadata (which wins over --rm-type, as in
+# slime): a random tiny model never writes the recipes' `</think> ... \\boxed{}` answer, so their
+# reward would be 0 for every sample, every GRPO advantage 0 and every gradient 0; random 0/1
+# rewards make the twin train for real. The recipe's --rm-type flag itself stays verbatim.
+DATA_REWARD = "random"
+# The resume goes on to a third rollout: megatron's OptimizerParamScheduler asserts that the total
+# (--num-rollout steps) equals the checkpoint's unless one of its two override flags is given.
+RESUME_EXTRA = ("--override-opt-param-scheduler",)
 
 
 @dataclass(frozen=True)
@@ -162,23 +175,26 @@ def _expert_fits(layout: Layout) -> bool:
     return (layout.world // layout.pp) % (layout.etp * layout.ep) == 0
 
 
+CP_REASON = " (context-parallel attention needs Transformer Engine: GPU only)"
+
+
 def fit_layout(gpu: Layout, max_ranks: int) -> tuple[Layout, list[str]]:
     """The largest layout of at most `max_ranks` ranks on one node (module docstring, step 4) and
     the list of changed parallel sizes ("PP 4 -> 2"); data-parallel replicas are dropped first."""
-    model_parallel = gpu.tp * gpu.pp * gpu.cp
-    sizes = {"tp": gpu.tp, "pp": gpu.pp, "cp": gpu.cp}
+    # megatron-core's context-parallel attention is Transformer Engine's: CPU runs CP 1
+    sizes = {"tp": gpu.tp, "pp": gpu.pp, "cp": 1}
     while math.prod(sizes.values()) > max_ranks:
         # halve the largest (ties: CP, then PP, then TP) so every kind of parallelism stays > 1 longest
         key = max(("cp", "pp", "tp"), key=lambda k: sizes[k])
         sizes[key] //= 2
     model_parallel = math.prod(sizes.values())
-    dp = gpu.dp if model_parallel == gpu.tp * gpu.pp * gpu.cp else 1
+    dp = gpu.dp if model_parallel == gpu.tp * gpu.pp else 1
     while model_parallel * dp > max_ranks or dp > 1 and gpu.dp % dp:
         dp -= 1
     layout = replace(gpu, nodes=1, gpus_per_node=model_parallel * dp, **sizes)
     while not _expert_fits(layout):
         layout = replace(layout, ep=layout.ep // 2) if layout.ep > 1 else replace(layout, etp=layout.etp // 2)
-    changed = [f"{k.upper()} {getattr(gpu, k)} -> {getattr(layout, k)}"
+    changed = [f"{k.upper()} {getattr(gpu, k)} -> {getattr(layout, k)}" + (CP_REASON if k == "cp" else "")
                for k in LAYOUT_FLAGS if getattr(gpu, k) != getattr(layout, k)]
     return layout, changed
 
@@ -324,6 +340,15 @@ def first_error(log: Path) -> str:
     return (marks[0] if marks else (lines[-1] if lines else "empty log")).strip()[:400]
 
 
+def write_train_data(source: Path, target: Path, metadata_key: str) -> None:
+    """The toy prompts at `target`, each row's metadata naming the `random` reward (`DATA_REWARD`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row[metadata_key] = {**row.get(metadata_key, {}), "rm_type": DATA_REWARD}
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
 def prepare_inputs(twin: Twin, env: dict[str, str], timeout: float) -> None:
     """The tiny checkpoint at every --hf-checkpoint path, its torch_dist at --ref-load, the toy
     data at --prompt-data and every --eval-prompt-data path (small files: the run is short)."""
@@ -343,8 +368,8 @@ def prepare_inputs(twin: Twin, env: dict[str, str], timeout: float) -> None:
     data = twin.folder / "toy_data"
     run_logged([py, "tools/make_toy_data.py", "--output-dir", str(data), "--seed", "0", "--num-train", "64",
                 "--num-eval", "2"], twin.folder / "make_toy_data.log", env, timeout)
-    Path(flag_value(argv, "--prompt-data")).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(data / "train.jsonl", flag_value(argv, "--prompt-data"))
+    write_train_data(data / "train.jsonl", Path(flag_value(argv, "--prompt-data")),
+                     flag_value(argv, "--metadata-key", "metadata"))
     evals = argv[argv.index("--eval-prompt-data") + 1:] if "--eval-prompt-data" in argv else []
     paths = []
     for value in evals:
@@ -410,7 +435,8 @@ def run_twin(name: str, work_dir: Path, max_ranks: int, timeout: float) -> Twin:
         raise RuntimeError(f"run 1 logged rollouts {rollout_ids(metrics)}, expected [0, 1] ({metrics})")
     check_checkpoint(twin.argv, 1)
     logger.info("[%s] run 2: resume from --load, one more rollout, save", name)
-    run_logged([py, recipe.entry, *set_flag(twin.argv, "--num-rollout", "3")], folder / "run2.log", env, timeout)
+    resume = [*set_flag(twin.argv, "--num-rollout", "3"), *RESUME_EXTRA]
+    run_logged([py, recipe.entry, *resume], folder / "run2.log", env, timeout)
     if 2 not in rollout_ids(metrics):
         raise RuntimeError(f"run 2 (resume) logged rollouts {rollout_ids(metrics)}, expected 2 among them")
     check_checkpoint(twin.argv, 2)
