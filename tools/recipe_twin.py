@@ -28,7 +28,6 @@ Usage: python tools/recipe_twin.py NAME [--max-ranks 8] [--work-dir runs/twins]
 (NAME: qwen3-30B-A3B for scripts/run-qwen3-30B-A3B.sh). Exit 0 when the twin passed.
 """
 
-from __future__ import annotations
 
 import argparse
 import json
@@ -175,6 +174,8 @@ def _expert_fits(layout: Layout) -> bool:
     return (layout.world // layout.pp) % (layout.etp * layout.ep) == 0
 
 
+# SGLang parallel sizes that must divide an engine's GPUs (--rollout-num-gpus-per-engine)
+ENGINE_SIZE_FLAGS = ("--sglang-ep-size", "--sglang-dp-size")
 CP_REASON = " (context-parallel attention needs Transformer Engine: GPU only)"
 
 
@@ -295,6 +296,10 @@ def build_twin(recipe: Recipe, folder: Path, max_ranks: int) -> Twin:
     engine_gpus = int(flag_value(argv, "--rollout-num-gpus-per-engine", "1"))
     if engine_gpus > layout.world:
         device["--rollout-num-gpus-per-engine"] = str(layout.world)
+        # the engine's own parallel sizes shrink with its GPUs, as the trainer's do
+        for flag in ENGINE_SIZE_FLAGS:
+            if flag_value(argv, flag):
+                device[flag] = str(math.gcd(int(flag_value(argv, flag)), layout.world))
     if flag_value(argv, "--rollout-num-gpus") and "--colocate" not in argv:
         device["--rollout-num-gpus"] = str(min(int(flag_value(argv, "--rollout-num-gpus")), layout.world))
     for flag, value in device.items():

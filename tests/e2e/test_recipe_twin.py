@@ -7,12 +7,11 @@ two rollouts with weight syncs and a save, then a resume from --load for a third
 One twin run (tools/recipe_twin.py, the code `tools/recipe_twin.sh` runs) serves the checks.
 """
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
+from tests.conftest import load_tool
 from tests.e2e.runner import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -20,18 +19,10 @@ pytestmark = pytest.mark.e2e
 SEED_RECIPE = "qwen3-30B-A3B"
 
 
-def _recipe_twin():
-    spec = importlib.util.spec_from_file_location("slime_tools_recipe_twin", REPO_ROOT / "tools" / "recipe_twin.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def seed_twin(tmp_path_factory):
     """(module, Twin) of the seed recipe's twin, run to the end (RuntimeError names the first error)."""
-    tool = _recipe_twin()
+    tool = load_tool("recipe_twin")
     return tool, tool.run_twin(SEED_RECIPE, tmp_path_factory.mktemp("twins"), max_ranks=8, timeout=1200)
 
 
