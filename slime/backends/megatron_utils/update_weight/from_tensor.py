@@ -9,8 +9,9 @@ files); the group gathers the entries to its first rank, which POSTs /update_wei
 {serialized_named_tensors: entry of member i at index i, load_format "flattened_bucket",
 flush_cache, weight_version}: engine TP rank i reads the payload made on the device it runs on.
 The first rank then tells the members the outcome, and only then do they drop their tensors
-(the engine maps their memory). Every rank of a pipeline stage holds the same buckets, so
-pipeline parallelism must be 1 (checked in `build_weight_sender`).
+(the engine maps their memory). Every rank of a pipeline stage holds the same buckets; with
+pipeline parallelism `build_weight_sender` widens them to every stage's (`pipeline`), so each
+device serializes the whole model.
 """
 
 from __future__ import annotations
