@@ -208,10 +208,13 @@ def tiny_shape(family: str, layout: Layout, last_stage_layers: int | None) -> di
     shape["num_key_value_heads"] = heads if family == "deepseek_v3" else max(2, layout.tp)
     if family != "dense":
         shape["num_experts" if family == "moe" else "n_routed_experts"] = math.lcm(8, layout.ep)
+    # As in the released models, every stage holds MoE layers: the first layer of the deepseek_v3
+    # and glm4_moe variants is dense, so their stages get two layers each (first_k_dense_replace 1).
+    per_stage = 2 if family in ("deepseek_v3", "glm4_moe") else max(1, math.ceil(2 / layout.pp))
     if last_stage_layers:
-        shape["num_hidden_layers"] = (layout.pp - 1) + last_stage_layers
+        shape["num_hidden_layers"] = (layout.pp - 1) * per_stage + last_stage_layers
     else:
-        shape["num_hidden_layers"] = layout.pp * max(1, math.ceil(2 / layout.pp))
+        shape["num_hidden_layers"] = layout.pp * per_stage
     return shape
 
 
