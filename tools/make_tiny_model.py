@@ -22,7 +22,7 @@ config.json gains `quantization_config` {"quant_method": "fp8", "fmt": "e4m3",
 [128, 128] because the tiny projections are 32-64 wide: every one of them gets whole blocks.
 
 Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense|deepseek_v3|glm4_moe]
-       [--seed 0] [--fp8]
+       [--seed 0] [--fp8] [--config KEY=JSON ...]
 """
 
 import argparse
@@ -165,12 +165,21 @@ def token_ids() -> dict[str, int]:
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def model_config(variant: str) -> dict:
-    """Return the config.json dict of a tiny variant (a `_VARIANT_CONFIG` key), keys sorted."""
+def model_config(variant: str, overrides: dict | None = None) -> dict:
+    """Return the config.json dict of a tiny variant (a `_VARIANT_CONFIG` key), keys sorted.
+
+    `overrides` replaces shape keys the variant already has (e.g. {"num_key_value_heads": 4,
+    "num_hidden_layers": 4} so a recipe's TP / PP sizes divide them, see tools/recipe_twin.py);
+    an unknown key is an error, so a typo never writes a config the converters ignore.
+    """
     if variant not in _VARIANT_CONFIG:
         raise ValueError(f"--variant {variant!r}: expected one of {sorted(_VARIANT_CONFIG)}")
     ids = token_ids()
     config = {**_COMMON_CONFIG, **_VARIANT_CONFIG[variant]}
+    unknown = sorted(set(overrides or {}) - set(config))
+    if unknown:
+        raise ValueError(f"--config {unknown}: not keys of the {variant} config ({sorted(config)})")
+    config.update(overrides or {})
     if not config["model_type"].startswith("qwen3"):
         config = {k: v for k, v in config.items() if k not in _QWEN_ONLY_KEYS}
     config.update(bos_token_id=ids[BOS_TOKEN], eos_token_id=ids[EOS_TOKEN], pad_token_id=ids[PAD_TOKEN])
@@ -324,18 +333,19 @@ def tokenizer_files(config: dict) -> dict[str, dict]:
 FP8_BLOCK_SIZE = (32, 32)
 
 
-def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0, fp8_block_size=None) -> Path:
+def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0, fp8_block_size=None,
+                    overrides: dict | None = None) -> Path:
     """Write a tiny checkpoint folder to `output_dir` and return its Path.
 
     `variant` is "moe" (Qwen3MoeForCausalLM), "dense" (Qwen3ForCausalLM), "deepseek_v3"
     (DeepseekV3ForCausalLM) or "glm4_moe" (Glm4MoeForCausalLM); `fp8_block_size`
-    (bn, bk) makes it block-FP8 (module docstring). The files are a pure function of the
+    (bn, bk) makes it block-FP8 (module docstring); `overrides` changes config keys (`model_config`). The files are a pure function of the
     arguments: two calls give byte-identical folders.
     """
     from safetensors.torch import save_file
 
     out = Path(output_dir)
-    config = model_config(variant)
+    config = model_config(variant, overrides)
     tensors = init_weights(config, seed)
     if fp8_block_size is not None:
         from slime.utils.fp8 import fp8_config_from_hf, quantize_named
@@ -371,11 +381,24 @@ def _parse_args(argv=None) -> argparse.Namespace:
                         help="write a block-FP8 checkpoint (float8_e4m3fn + weight_scale_inv, like Qwen3-*-FP8)")
     parser.add_argument("--fp8-block-size", type=int, nargs=2, default=list(FP8_BLOCK_SIZE), metavar=("BN", "BK"),
                         help="weight_block_size of --fp8 (default 32 32)")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=JSON",
+                        help="override config.json keys of the variant, values as JSON "
+                             "(e.g. num_key_value_heads=4 num_hidden_layers=4)")
     return parser.parse_args(argv)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["num_hidden_layers=4", ...]` -> {"num_hidden_layers": 4, ...} (values parsed as JSON)."""
+    pairs = [item.partition("=") for item in items]
+    bad = [item for item, (_, eq, _) in zip(items, pairs) if not eq]
+    if bad:
+        raise ValueError(f"--config {bad}: expected KEY=JSON")
+    return {key: json.loads(value) for key, _, value in pairs}
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cli = _parse_args()
     make_tiny_model(cli.output_dir, variant=cli.variant, seed=cli.seed,
-                    fp8_block_size=cli.fp8_block_size if cli.fp8 else None)
+                    fp8_block_size=cli.fp8_block_size if cli.fp8 else None,
+                    overrides=parse_overrides(cli.config))

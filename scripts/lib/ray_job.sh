@@ -6,6 +6,9 @@
 # status. Otherwise a Ray head is started on this node unless one already answers at
 # ${MASTER_ADDR:-127.0.0.1}:6379, the job is submitted with `ray job submit`, and at exit only a
 # Ray started here is stopped. Needs REPO_DIR and PYTHON.
+# With SLIME_TWIN_ARGV=FILE (set by tools/recipe_twin.py), nothing runs: ENTRY and the flags are
+# written to FILE and the recipe's MODEL_ARGS to FILE.model (NUL-separated), so a recipe's CPU twin
+# takes its flags from the recipe script itself.
 # Secrets (WANDB_API_KEY) are never put in the runtime env or on a command line, which Ray records
 # and ps shows: the job's driver inherits the environment of the Ray head (`ray start` below), so
 # export them before this runs; a Ray already running must have been started with them.
@@ -27,6 +30,11 @@ private_ray_token() {
 run_train_job() {
    local entry="$1"
    shift
+   if [ -n "${SLIME_TWIN_ARGV:-}" ]; then
+      printf '%s\0' "${entry}" "$@" >"${SLIME_TWIN_ARGV}"
+      printf '%s\0' "${MODEL_ARGS[@]}" >"${SLIME_TWIN_ARGV}.model"
+      exit 0
+   fi
    local arg
    for arg in "$@"; do
       if [ "${arg}" = "--dry-run" ]; then

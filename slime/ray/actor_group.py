@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import ray
 
@@ -58,10 +59,15 @@ class TrainerRankError(RuntimeError):
 
 
 def _cause(error: BaseException) -> str:
-    """The user's exception inside a RayTaskError (its last traceback line), else the error."""
+    """The user's exception inside a RayTaskError (its last traceback line), else the error. An
+    exception without a message (a bare `assert`) also names the frame that raised it."""
     cause = getattr(error, "cause", None)
     if isinstance(cause, BaseException):
-        return f"{type(cause).__name__}: {cause}".splitlines()[-1][:500]
+        text = f"{type(cause).__name__}: {cause}".splitlines()[-1]
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', str(error))
+        if not str(cause).strip() and frames:
+            text += " (raised at {}:{} in {})".format(*frames[-1])
+        return text[:500]
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:500]
 
 

@@ -8,6 +8,7 @@ go; each is idempotent (applying twice is a no-op) and reports whether it change
 anything. Verified against megatron-core 0.16.1 on torch 2.13.0+cpu.
 """
 
+import importlib.util
 import logging
 
 import torch
@@ -231,6 +232,127 @@ def patch_torch_adam_state_copy() -> bool:
     return True
 
 
+class HostStream:
+    """CPU stand-in of a ``torch.cuda.Stream``: host work is synchronous, so waiting, recording and
+    synchronizing have nothing to order; it has the methods megatron's callers use."""
+
+    def wait_stream(self, _other) -> None:
+        return None
+
+    def record_event(self, _event=None) -> "HostEvent":
+        return HostEvent()
+
+    def synchronize(self) -> None:
+        return None
+
+
+class HostEvent:
+    """CPU stand-in of a ``torch.cuda.Event`` recorded on a ``HostStream``."""
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, _stream=None) -> None:
+        return None
+
+
+def patch_host_streams() -> bool:
+    """``torch.cuda.current_stream()`` / ``torch.cuda.Stream()`` -> a ``HostStream``.
+
+    Why: megatron-core 0.16.1's ``HybridDeviceOptimizer`` (``--optimizer-cpu-offload``, the MoE
+    recipes' CPU Adam) orders its device-to-host grad copies and host-to-device parameter
+    copies on CUDA streams (``torch.cuda.Stream()`` with ``--overlap-cpu-optimizer-d2h-h2d``,
+    ``torch.cuda.current_stream()`` without), which raise on a CPU build. On CPU every copy is
+    synchronous, so the stand-in orders nothing; ``torch.cuda.stream(s)`` already enters and
+    leaves without CUDA. Can go when megatron asks the parameters' device for its streams.
+    """
+    if isinstance(torch.cuda.Stream, type) and issubclass(torch.cuda.Stream, HostStream):
+        return False
+    torch.cuda.current_stream = lambda *_args, **_kwargs: HostStream()
+    torch.cuda.Stream = HostStream
+    return True
+
+
+def _host_param_groups(self, offload_fraction: float):
+    """CPU twin of ``HybridDeviceOptimizer._get_sub_optimizer_param_groups``: the model's
+    parameters are the device's (on CPU, the trainer's device is the host).
+
+    As on GPU, the first ``offload_fraction`` of the parameters (by numel) get a host copy that
+    the CPU optimizer steps (grads copied in before the step, the result copied back after it),
+    fp32 copies are made when ``param_update_in_fp32`` and the parameter is not fp32, and the
+    rest stays with the device optimizer. Host buffers are unpinned (no pinned allocator
+    without CUDA). Returns the same five mappings as megatron's method.
+    """
+    self.pin_cpu_grads = self.pin_cpu_params = False
+    params = [p for group in self.param_groups for p in group["params"]]
+    budget = sum(p.numel() for p in params) * offload_fraction
+    offloaded = 0
+    cpu_groups, device_groups = [], []
+    device_to_host, host_to_device, to_fp32 = {}, {}, {}
+    for group in self.param_groups:
+        host_params, device_params = [], []
+        for param in group["params"]:
+            inner, on_host = param, offloaded < budget
+            if on_host:
+                inner = param.detach().clone()
+                offloaded += inner.numel()
+            if self.param_update_in_fp32 and inner.dtype != torch.float32:
+                inner = inner.detach().clone().float()
+                to_fp32[param] = inner
+            if on_host:
+                device_to_host[param], host_to_device[inner] = inner, param
+            (host_params if on_host else device_params).append(inner)
+        for members, out in ((device_params, device_groups), (host_params, cpu_groups)):
+            if members:
+                out.append({**group, "params": members})
+    return cpu_groups, device_groups, device_to_host, host_to_device, to_fp32
+
+
+def patch_hybrid_param_groups() -> bool:
+    """``HybridDeviceOptimizer._get_sub_optimizer_param_groups`` -> ``_host_param_groups``.
+
+    Why: megatron-core 0.16.1 offloads only ``param.is_cuda`` parameters; on CPU none is, so
+    no host copy is made, every parameter lands in the CPU optimizer unmapped and the first
+    ``step()`` raises ``KeyError`` looking up its device parameter (``cpu_copys_map_gpu_param``),
+    and ``pin_memory=True`` host buffers raise without CUDA. The twin makes the same copies, so
+    ``--optimizer-cpu-offload`` (with ``--use-precision-aware-optimizer``: decoupled grads, fp32
+    updates) runs megatron's own step, d2h and h2d hooks on CPU. Can go when megatron offloads
+    parameters of any device (not the case up to 0.16.x).
+    """
+    from megatron.core.optimizer.cpu_offloading.hybrid_optimizer import HybridDeviceOptimizer
+
+    if HybridDeviceOptimizer._get_sub_optimizer_param_groups is _host_param_groups:
+        return False
+    HybridDeviceOptimizer._get_sub_optimizer_param_groups = _host_param_groups
+    return True
+
+
+def _absent_te_is_older(_version, check_equality: bool = True) -> bool:
+    """Stand-in of megatron's ``is_te_min_version`` when Transformer Engine is absent: no
+    version is reached."""
+    return False
+
+
+def patch_optimizer_te_version() -> bool:
+    """``megatron.core.optimizer.optimizer_config.is_te_min_version`` -> False without TE.
+
+    Why: megatron-core 0.16.1's ``OptimizerConfig.__post_init__`` asks TE's version for every
+    ``--use-precision-aware-optimizer`` config (to turn ``store_param_remainders`` off below TE
+    2.1, a FusedAdam option) before it returns for ``--optimizer-cpu-offload``, whose
+    HybridDeviceOptimizer never uses TE; without TE the comparison raises ``TypeError`` (None >=
+    Version). The GPU image has TE, so the MoE recipes' CPU Adam builds there; the stand-in lets the
+    same config build on CPU. Can go when megatron checks the version only where FusedAdam is used.
+    """
+    from megatron.core.optimizer import optimizer_config
+
+    if importlib.util.find_spec("transformer_engine") is not None:
+        return False
+    if optimizer_config.is_te_min_version is _absent_te_is_older:
+        return False
+    optimizer_config.is_te_min_version = _absent_te_is_older
+    return True
+
+
 CPU_PATCHES = {
     "mla_have_te": patch_mla_have_te,
     "cuda_device_mode": patch_cuda_device_mode,
@@ -239,6 +361,9 @@ CPU_PATCHES = {
     "rng_tracker": patch_rng_tracker,
     "te_general_gemm": patch_te_general_gemm,
     "torch_adam_state_copy": patch_torch_adam_state_copy,
+    "host_streams": patch_host_streams,
+    "hybrid_param_groups": patch_hybrid_param_groups,
+    "optimizer_te_version": patch_optimizer_te_version,
 }
 
 

@@ -53,15 +53,14 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
     kind = kind or sender_kind(args)
     if kind not in SENDERS:
         raise ValueError(f"unknown weight sync kind {kind!r}; choose one of {sorted(SENDERS)}")
-    if kind == "tensor" and getattr(args, "pipeline_model_parallel_size", 1) > 1:
-        raise ValueError("--colocate weight sync sends each engine the buckets made on its own devices, which "
-                         "hold one pipeline stage only: use --pipeline-model-parallel-size 1 with --colocate")
     hf_config = read_hf_config(args.hf_checkpoint)
     to_cpu = kind == "disk" or not torch.cuda.is_available()  # "tensor" shares CUDA tensors by IPC handle
 
     def buckets():
         return iter_hf_buckets(model, hf_config, args, args.update_weight_buffer_size, to_cpu=to_cpu)
 
+    if kind == "tensor" and getattr(args, "pipeline_model_parallel_size", 1) > 1:
+        buckets = _every_stage(buckets)  # an engine's devices hold several stages: each needs them all
     role = megatron_role()
     fp8 = fp8_config_from_hf(hf_config)
     if fp8 is not None and not fp8.ue8m0 and engine_wants_ue8m0(fp8):  # SGLang requantises to UE8M0 there
@@ -79,6 +78,21 @@ def build_weight_sender(args, model, engine_urls: list[str], kind: str | None = 
     sender = SENDERS[kind](engine_urls, buckets, role=role, **extra)
     sender.connect()
     return sender
+
+
+def _every_stage(stage_buckets):
+    """`stage_buckets` widened to every pipeline stage's buckets on every rank (`pipeline`)."""
+    import torch
+    import torch.distributed as dist
+
+    from slime.backends.megatron_utils.parallel import megatron_parallel_state
+    from slime.backends.megatron_utils.update_weight.pipeline import all_stage_buckets
+
+    mpu = megatron_parallel_state()
+    group = mpu.get_pipeline_model_parallel_group()
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    ranks = dist.get_process_group_ranks(group)
+    return lambda: all_stage_buckets(stage_buckets, mpu.get_pipeline_model_parallel_rank(), ranks, group, device)
 
 
 def _post_write_hook(args):

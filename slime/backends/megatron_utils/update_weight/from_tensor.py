@@ -12,8 +12,9 @@ The first rank then tells the members the outcome, and only then do they drop th
 (the engine maps their memory; SGLang answers once its scheduler has loaded the bucket). Dropped
 CUDA tensors that were shared by IPC wait in torch's IPC limbo until the engine released its
 mapping: every rank then runs `torch.cuda.ipc_collect()` and `empty_cache()` after each bucket, as
-slime does, so a bucket's memory is back before the next one is built. Every rank of a pipeline stage holds the same buckets, so
-pipeline parallelism must be 1 (checked in `build_weight_sender`).
+slime does, so a bucket's memory is back before the next one is built. Every rank of a pipeline
+stage holds the same buckets; with pipeline parallelism `build_weight_sender` widens them to every
+stage's (`pipeline`), so each device serializes the whole model.
 """
 
 from __future__ import annotations
