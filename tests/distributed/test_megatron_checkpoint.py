@@ -132,6 +132,38 @@ def test_two_rank_resume_matches_uninterrupted_run(tiny_moe_hf, tmp_path):
     _assert_same_steps(got["next"], want["next"])
 
 
+def _adam_steps(trainer) -> list[float]:
+    """The distinct torch-Adam `step` values of the trainer's optimizer states."""
+    from slime.backends.megatron_utils.offload import _inner_optimizers
+
+    return sorted({float(s["step"]) for opt in _inner_optimizers(trainer.state.optimizer)
+                   for s in opt.state.values() if "step" in s})
+
+
+def _two_steps_save_worker(rank, world, port, hf, ckpt, extra, out):
+    args, trainer = build_trainer(hf, world, ["--save", ckpt] + extra, rank, port)
+    trainer.train(0, fixed_rollout_data())
+    trainer.train(1, fixed_rollout_data())
+    trainer.save(1)
+    _finish(rank, out, {"steps": _adam_steps(trainer)})
+
+
+def _loaded_steps_worker(rank, world, port, hf, ckpt, extra, out):
+    args, trainer = build_trainer(hf, world, ["--load", ckpt] + extra, rank, port)
+    trainer.load_initial_state()
+    _finish(rank, out, {"steps": _adam_steps(trainer)})
+
+
+def test_resume_restores_adam_step_count(tiny_moe_hf, tmp_path):
+    """A checkpoint saved after two optimizer steps resumes at Adam step 2 (the distributed
+    optimizer's parameter states once handed back the fresh optimizer's step 1: the resumed run's
+    bias correction, and every step after the first, differed; resumes saved after one step could
+    not show it)."""
+    saved = _run(_two_steps_save_worker, 1, tmp_path, tiny_moe_hf, tmp_path / "save", [], "saved_steps")
+    loaded = _run(_loaded_steps_worker, 1, tmp_path, tiny_moe_hf, tmp_path / "save", [], "loaded_steps")
+    assert saved["steps"] == [2.0] and loaded["steps"] == [2.0], (saved, loaded)
+
+
 def test_rng_states_round_trip(straight, tiny_moe_hf, tmp_path):
     ckpt, want = straight
     got = _run(_draws_worker, 1, tmp_path, tiny_moe_hf, ckpt, ["--no-load-optim"], "rng")

@@ -200,17 +200,20 @@ def patch_mla_have_te() -> bool:
 
 
 def patch_torch_adam_state_copy() -> bool:
-    """``DistributedOptimizer._set_main_param_and_optimizer_states`` keeps torch Adam's ``step``
-    when the loaded states do not carry one (no Apex/TE).
+    """``DistributedOptimizer._set_main_param_and_optimizer_states`` gives torch Adam's ``step``
+    the value of the loaded param groups, never the parameter-state file's (no Apex/TE).
 
-    Why: megatron-core 0.16.1's non-precision-aware branch copies every key of the torch
-    optimizer's per-parameter state (``{"param", **optim_state}``) from the loaded tensors;
-    torch's Adam keeps a ``step`` tensor there, which the ``fully_reshardable``,
-    ``dp_zero_gather_scatter`` and ``fully_sharded_model_space`` loaders leave out on purpose
-    (``load_state_dict`` sets it from the param groups), so loading a checkpoint in any of those
-    layouts (Megatron-LM's, slime's) raises ``KeyError: 'step'`` without Apex/TE (their
-    FusedAdam keeps no per-parameter step; ``dp_reshardable``, ours, takes another path). Can go
-    when megatron skips states the loaded tensors lack (not the case up to 0.16.x).
+    Why: without Apex/TE, megatron-core 0.16.1's ``DistributedOptimizer`` keeps the authoritative
+    ``step`` in the param groups (``state_dict`` reads it from the per-parameter states,
+    ``load_state_dict`` writes it back into every state before the parameter states load). The
+    parameter states then overwrite it: the ``dp_reshardable`` layout (ours) hands back the step
+    of the fresh optimizer the load template was built from (1 after the zero-gradient step that
+    materialises the state: seen a checkpoint saved at step 2 resume at step 1, so Adam's bias
+    correction and every later step differed), and the ``fully_reshardable``,
+    ``dp_zero_gather_scatter`` and ``fully_sharded_model_space`` loaders leave it out, which
+    raises ``KeyError: 'step'``. So the state's own step (the param groups') is copied onto
+    itself. TE/Apex FusedAdam keeps no per-parameter step. Can go when megatron restores the
+    per-parameter step from the param groups (not the case up to 0.16.x).
     """
     from megatron.core.optimizer import distrib_optimizer as dopt
 
@@ -219,12 +222,12 @@ def patch_torch_adam_state_copy() -> bool:
         return False
 
     def set_states(self, model_param, tensors):
-        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+        if not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
             group_index, group_order = self.model_param_group_index_map[model_param]
             main_param = self.optimizer.param_groups[group_index]["params"][group_order]
             step = self.optimizer.state[main_param].get("step")
             if step is not None:
-                tensors = {**tensors, "step": step}  # copied onto itself: the loaded step stays
+                tensors = {**tensors, "step": step}  # copied onto itself: the param groups' step stays
         return original(self, model_param, tensors)
 
     setattr(set_states, _MARK, True)
