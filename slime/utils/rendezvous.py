@@ -46,6 +46,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def agent_serves_store(environ) -> bool:
+    """Whether torchrun's agent already serves the rendezvous store on MASTER_PORT (torch's own
+    `env://` rule: `TORCHELASTIC_USE_AGENT_STORE=True`): every rank, rank 0 included, is then a
+    client of it (binding the port again fails with 'Address already in use'); the agent binds it,
+    so how it listens is torchrun's choice (`--rdzv-endpoint` / `--master-addr`)."""
+    return environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
 def store_for_group(master_address: str, master_port: int, world_size: int, is_server: bool,
                     timeout: datetime.timedelta) -> dist.TCPStore:
     """The group's TCPStore: on rank 0 (`is_server`) served on `master_address` only, elsewhere

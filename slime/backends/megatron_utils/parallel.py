@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from slime.utils.misc import free_port
-from slime.utils.rendezvous import gloo_device_env, store_for_group
+from slime.utils.rendezvous import agent_serves_store, gloo_device_env, store_for_group
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ def init_process_group(
     os.environ.update(gloo_device_env(master_addr, os.environ))
     dist.init_process_group(
         backend=backend,
-        store=store_for_group(master_addr, master_port, world_size, rank == 0, timeout),
+        store=store_for_group(master_addr, master_port, world_size,
+                              rank == 0 and not agent_serves_store(os.environ), timeout),
         rank=rank,
         world_size=world_size,
         timeout=timeout,

@@ -88,3 +88,13 @@ def test_gloo_interface_follows_a_loopback_master():
     if other is None:
         pytest.skip("this machine has no non-loopback IPv4 address")
     assert gloo_device_env(other, {}) == {}
+
+
+def test_torchrun_agent_store_is_joined_not_served_again():
+    """Under torchrun the agent already serves the store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE):
+    rank 0 binding it again failed every `torch.distributed.run` converter launch with 'Address
+    already in use'."""
+    from slime.utils.rendezvous import agent_serves_store
+
+    assert agent_serves_store({"TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert not agent_serves_store({}) and not agent_serves_store({"TORCHELASTIC_USE_AGENT_STORE": "False"})
