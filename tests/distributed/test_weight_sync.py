@@ -196,6 +196,7 @@ def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, o
         stale = str(exc)
     if rank == 0:
         (Path(out) / "result.json").write_text(json.dumps({"metrics": metrics, "stale": stale}))
+    trainer._weight_sender.disconnect()  # the module's engines serve the next test: drop our group
     destroy_parallel()
 
 
