@@ -20,13 +20,24 @@ def _write_rows(path, rows):
     return path
 
 
+def _fake_checkpoint(folder):
+    """A folder that reads as a complete torch_dist checkpoint (tracker, iteration, its markers)."""
+    from slime.utils.checkpoint_layout import COMPLETE_MARKERS, TRACKER_FILE
+
+    iteration = folder / "iter_0000000"
+    iteration.mkdir(parents=True, exist_ok=True)
+    for name in COMPLETE_MARKERS:
+        (iteration / name).write_text("{}")
+    (folder / TRACKER_FILE).write_text("0\n")
+
+
 @pytest.fixture
 def job(tmp_path, tiny_moe_hf):
     """argv(extra) of a valid CPU GRPO job in tmp_path, and the list of loops run."""
     data = tmp_path / "data"
     data.mkdir()
     _write_rows(data / "train.jsonl", ROWS)
-    (tmp_path / "ref").mkdir()
+    _fake_checkpoint(tmp_path / "ref")
 
     def argv(*extra, hf=tiny_moe_hf):
         return grpo_argv(hf, tmp_path / "ref", data, tmp_path / "run", num_rollout=2, extra=list(extra))
@@ -161,8 +172,8 @@ def test_rerun_refused_or_resumed_and_nothing_lost(job, tmp_path, capsys):
     assert not ran and metrics.read_text() == before
     ckpt = tmp_path / "run" / "ckpt"
     ckpt.mkdir(exist_ok=True)  # the refused launch created it to lock it
-    (ckpt / "iter_0000001").mkdir()
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("1")
+    _fake_checkpoint(ckpt)
+    _fake_checkpoint(tmp_path / "elsewhere")
     code, err, ran = _run(job("--load", str(tmp_path / "elsewhere")), capsys)
     _one_line(code, err, f"--save {ckpt}", "already holds a checkpoint", f"--load {ckpt}")
     code, err, ran = _run(job("--load", str(ckpt)), capsys)  # the resume

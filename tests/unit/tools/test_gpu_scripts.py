@@ -148,7 +148,9 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
 # Flags of the outside commands the GPU guide shows (ray, torchrun, huggingface-cli, pip).
 EXTERNAL_FLAGS = {"--address", "--disable-usage-stats", "--head", "--local-dir", "--no-build-isolation",
                   "--node-ip-address", "--nproc-per-node", "--num-gpus", "--repo-type",
-                  "--config-settings", "--build-option", "--cpp", "--cuda"}  # pip's apex build (--cpp_ext, --cuda_ext)
+                  "--config-settings", "--build-option", "--cpp", "--cuda",  # pip's apex build (--cpp_ext, --cuda_ext)
+                  "--data-parallel-random-init", "--no-ckpt-fully-parallel-save",  # Megatron-LM's checkpoint options
+                  "--sglang-"}  # the family written `--sglang-*`
 FLAG_RE = r"(?<![\w-])--[a-z][a-z0-9-]*"
 
 

@@ -144,11 +144,20 @@ class WeightSender:
             self._protocols.update(zip(missing, found))
         return [self._protocols[url] for url in self.engine_urls]
 
+    def _needs_sessions(self) -> bool:
+        """Whether any supported release wants a session around this sender's endpoint (disk
+        updates never do: their engines' versions need not be read)."""
+        return any(p.needs_session(self.ENDPOINT) for p in engine_protocol.PROTOCOLS.values())
+
     def _open_sessions(self) -> None:
+        if not self._needs_sessions():
+            return
         protocols = self.protocols()
         self.on_engines(lambda c, i: engine_protocol.begin_weights(c, protocols[i], self.ENDPOINT))
 
     def _close_sessions(self) -> None:
+        if not self._needs_sessions():
+            return
         protocols = self.protocols()
         self.on_engines(lambda c, i: engine_protocol.end_weights(c, protocols[i], self.ENDPOINT))
 

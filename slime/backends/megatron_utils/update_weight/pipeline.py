@@ -21,7 +21,8 @@ def all_stage_buckets(stage_buckets: Callable[[], Iterator[list]], stage: int, g
     allocated on `device`; this stage's own tensors are yielded as they are.
     """
     import torch
-    import torch.distributed as dist
+
+    from slime.backends.megatron_utils import collectives
 
     for src_stage, src in enumerate(group_ranks):
         own = src_stage == stage
@@ -29,13 +30,14 @@ def all_stage_buckets(stage_buckets: Callable[[], Iterator[list]], stage: int, g
         while True:
             bucket = next(mine, None) if own else None
             meta = [None if bucket is None else [(n, tuple(t.shape), t.dtype) for n, t in bucket]] if own else [None]
-            dist.broadcast_object_list(meta, src=src, group=group)
+            collectives.broadcast_object_list(meta, src=src, group=group)
             if meta[0] is None:
                 break
             if own:
-                tensors = [t.contiguous() for _, t in bucket]
+                tensors = [collectives.to_device(t.contiguous()) for _, t in bucket]
             else:
-                tensors = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype in meta[0]]
+                tensors = [collectives.to_device(torch.empty(shape, dtype=dtype, device=device))
+                           for _, shape, dtype in meta[0]]
             for tensor in tensors:
-                dist.broadcast(tensor, src=src, group=group)
+                collectives.broadcast(tensor, src=src, group=group)
             yield [(name, tensor) for (name, _, _), tensor in zip(meta[0], tensors)]
