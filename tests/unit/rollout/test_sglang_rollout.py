@@ -188,20 +188,27 @@ def count_all_groups(args, groups, get_samples):
     SEEN["all"] = (len(groups), callable(get_samples))
 
 
-def drop_group_zero(args, samples, **kwargs):
-    return samples[0].group_index != 0
+def drop_first_finished_group(args, samples, **kwargs):
+    """Drops whichever group finishes first: with 3 groups in flight and 2 to keep, all 3 must then
+    finish (dropping group 0 by index raced: when groups 1 and 2 finished first, 0 was aborted)."""
+    if "dropped" in SEEN:
+        return True
+    SEEN["dropped"] = samples[0].group_index
+    return False
 
 
 def test_after_rollout_plugins_see_kept_and_all_groups(args):
     args.rollout_sample_filter_path = f"{__name__}.mark_first_group_removed"
     args.rollout_all_samples_process_path = f"{__name__}.count_all_groups"
-    args.dynamic_sampling_filter_path = f"{__name__}.drop_group_zero"
+    args.dynamic_sampling_filter_path = f"{__name__}.drop_first_finished_group"
     args.rollout_batch_size, args.over_sampling_batch_size = 2, 3
+    SEEN.clear()
     out = generate_rollout(args, 0, RolloutDataSourceWithBuffer(args))
     assert len(out.samples) == 2 and all(s.remove_sample for s in out.samples[0])
     assert not any(s.remove_sample for s in out.samples[1])
     assert SEEN["filter"] == [[s.index for s in g] for g in out.samples]
-    assert SEEN["all"] == (3, True)  # the two kept groups and the filtered-out group 0
+    assert SEEN["dropped"] not in {g[0].group_index for g in out.samples}
+    assert SEEN["all"] == (3, True)  # the two kept groups and the filtered-out one
 
 
 def test_partial_rollout_hands_unfinished_groups_back_and_continues_them(args):
