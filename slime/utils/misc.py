@@ -85,6 +85,23 @@ def accepts_kwarg(fn: Callable, name: str) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def declares_param(fn: Callable, name: str) -> bool:
+    """Whether `fn`'s signature names a parameter `name` (keyword-passable; **kwargs does not count).
+
+    slime's own test for optional plugin arguments (`name in inspect.signature(fn).parameters`):
+    a function taking only **kwargs is called without them, as slime calls it.
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature: assume the plain form
+        return False
+    return name in params and params[name].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.VAR_POSITIONAL,
+        inspect.Parameter.VAR_KEYWORD,
+    )
+
+
 def function_path(fn: Any) -> str:
     """A readable "module.qualname" for error messages about a user function."""
     module = getattr(fn, "__module__", None) or "?"

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from slime.utils.misc import accepts_kwarg, filter_kwargs_for, function_path
+from slime.utils.misc import accepts_kwarg, declares_param, filter_kwargs_for, function_path
 from slime.utils.plugin_signatures import PLUGIN_FLAGS, bad_return
 from slime.utils.types import DynamicFilterOutput, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
@@ -86,11 +86,12 @@ def call_rollout_fn(fn: Callable, args, rollout_id: int, data_source, evaluation
 async def call_custom_generate(
     fn: Callable, args, sample: Sample, sampling_params: dict, evaluation: bool = False
 ) -> list[Sample]:
-    """Call `--custom-generate-function-path`; `evaluation=` is passed only if `fn` accepts it.
+    """Call `--custom-generate-function-path`; `evaluation=` is passed only if `fn` declares a
+    parameter of that name, as slime does (a function taking **kwargs is called without it).
 
     Returns a list of Samples (a single returned Sample becomes a one-element list).
     """
-    if accepts_kwarg(fn, "evaluation"):
+    if declares_param(fn, "evaluation"):
         out = await _maybe_await(fn(args, sample, sampling_params, evaluation=evaluation))
     else:
         out = await _maybe_await(fn(args, sample, sampling_params))

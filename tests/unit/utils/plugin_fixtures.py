@@ -66,6 +66,11 @@ async def custom_generate_eval(args, sample, sampling_params, evaluation=False):
     return [sample, copy.deepcopy(sample)]
 
 
+async def custom_generate_kwargs(args, sample, sampling_params, **kwargs):
+    args.calls.append(("custom_generate_kwargs", sample, sampling_params, kwargs))
+    return sample
+
+
 async def custom_generate_bad(args, sample, sampling_params):
     return "42"
 

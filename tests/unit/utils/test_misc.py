@@ -2,7 +2,7 @@
 
 import pytest
 
-from slime.utils.misc import accepts_kwarg, load_function
+from slime.utils.misc import accepts_kwarg, declares_param, load_function
 from slime.utils.types import Sample
 
 
@@ -41,6 +41,15 @@ def test_accepts_kwarg():
     def var(a, **kw): ...
     assert not accepts_kwarg(plain, "evaluation")
     assert accepts_kwarg(named, "evaluation") and accepts_kwarg(var, "evaluation")
+
+
+def test_declares_param_ignores_var_kwargs():
+    def plain(a, b): ...
+    def named(a, evaluation=False): ...
+    def keyword_only(a, *, evaluation): ...
+    def var(a, **evaluation): ...
+    assert declares_param(named, "evaluation") and declares_param(keyword_only, "evaluation")
+    assert not declares_param(plain, "evaluation") and not declares_param(var, "evaluation")
 
 
 def test_free_port_block_is_a_whole_free_block_for_sglangs_derived_ports():

@@ -100,6 +100,13 @@ def test_custom_generate_with_evaluation_param_gets_it(args):
     assert len(out) == 2 and out[0] is sample
 
 
+def test_custom_generate_with_only_var_kwargs_gets_no_evaluation(args):
+    """slime passes `evaluation=` only when the signature names it; **kwargs alone gets nothing."""
+    sample = Sample(prompt="q")
+    out = asyncio.run(plugins.call_custom_generate(fixture("custom_generate_kwargs"), args, sample, {}, True))
+    assert out == [sample] and args.calls[0][3] == {}
+
+
 def test_custom_generate_bad_return(args):
     with pytest.raises(TypeError, match="--custom-generate-function-path.*got str"):
         asyncio.run(plugins.call_custom_generate(fixture("custom_generate_bad"), args, Sample(), {}))
