@@ -5,11 +5,15 @@
 - `parity_twice`: `"{n} mod 2 twice"` -> `"00"` or `"11"`, then the end-of-turn token: the
   multi-token task (3 response tokens with <|im_end|>). The `char_match` reward gives a finished
   response partial credit per position and for stopping right after the answer, a cut one 0.
+- `mod3`: `"{n}%3"` -> `"0"`, `"1"` or `"2"`: the tool-use task of examples/tool_use (the
+  remainder depends on every digit, so the tiny model answers it by calling the calculator on the
+  question; `calculator_task.py` there).
 
 Owns the prompt pools, their seeded train/eval split and the JSONL files `train.jsonl` /
-`eval.jsonl` (rows `{"prompt": "347 mod 2", "label": "1", "metadata": {"task", "n"}}`). A random
+`eval.jsonl` (rows `{"prompt": "347 mod 2", "label": "1", "metadata": {"task", "n", "question"}}`;
+`question` is the prompt before any chat template, for tools that answer it). A random
 tiny model starts near chance (about 1/vocab = 1/128 per sampled token, not 1/2: it must first
-learn to answer with a digit at all). Each rule depends only on the last digit, so
+learn to answer with a digit at all). The parity rules depend only on the last digit, so
 held-out numbers test the same rule on unseen prompt strings.
 
 Why parity: with 32 prompts x 8 samples, one-token responses and Adam lr 2e-3, the tiny MoE
@@ -42,14 +46,18 @@ def _parity_twice(n: int) -> tuple[str, str]:
     return f"{n} mod 2 twice", str(n % 2) * 2
 
 
-# task name -> n -> (prompt, label); every task's labels split the numbers into even and odd.
-TASKS = {"parity": _parity, "parity_twice": _parity_twice}
+def _mod3(n: int) -> tuple[str, str]:
+    return f"{n}%3", str(n % 3)
+
+
+# task name -> n -> (prompt, label)
+TASKS = {"parity": _parity, "parity_twice": _parity_twice, "mod3": _mod3}
 
 
 def make_row(n: int, task: str = "parity") -> dict:
     """Return the row of `task` for number `n` (e.g. parity: prompt "{n} mod 2", label "0"/"1")."""
     prompt, label = TASKS[task](n)
-    return {"prompt": prompt, "label": label, "metadata": {"task": task, "n": n}}
+    return {"prompt": prompt, "label": label, "metadata": {"task": task, "n": n, "question": prompt}}
 
 
 def prompt_pool(task: str = "parity") -> list[dict]:
@@ -113,7 +121,8 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", required=True, help="folder to write train.jsonl and eval.jsonl into")
     parser.add_argument("--task", default="parity", choices=sorted(TASKS),
-                        help="parity: one-token answers 0/1; parity_twice: 00/11 then end of turn")
+                        help="parity: one-token answers 0/1; parity_twice: 00/11 then end of turn; "
+                        "mod3: n%%3, answered with the calculator (examples/tool_use)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/eval split and row order")
     parser.add_argument("--num-train", type=int, default=4096, help="rows in train.jsonl (prompts repeat)")
     parser.add_argument("--num-eval", type=int, default=None,
