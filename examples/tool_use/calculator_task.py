@@ -6,27 +6,29 @@ number up to 999 by 3 depends on all its digits; the tiny model does not learn i
 within the run (the no-tool run stays near 1/3), but it can ask the calculator.
 
 Every model turn is one token (`max_new_tokens` 1 per request):
-- a digit is the answer and ends the trajectory;
-- any other token asks the calculator about the question: its answer `[r]` is appended as tokens
-  the loss ignores (loss mask 0, log-prob 0) and the model takes another turn. At most `MAX_CALLS`
-  calls; the turn after them is the answer, whatever it is.
-So a trajectory is e.g. `=` `[2]` `2` (one call), `1` (an answer without a call) or `?[2]=[2]2`
-(two calls). `--rollout-max-response-len` bounds the whole response, tool tokens included (9 fits
+- the first turn is always a call: the model's token opens it, whichever it is;
+- after that a digit is the answer and ends the trajectory, and any other token is another call;
+- a call appends the calculator's answer to the question (the bare value, `2`) as a token the loss
+  ignores (loss mask 0, log-prob 0), and the model takes another turn. At most `MAX_CALLS` calls;
+  the turn after them is the answer, whatever it is.
+So a trajectory is e.g. `=` `2` `2` (a call, the tool's `2`, the answer) or `?` `2` `a` `2` `2`
+(two calls). `--rollout-max-response-len` bounds the whole response, tool tokens included (5 fits
 two calls and the answer). Reward: 1.0 for the right answer, else 0.0 (no shaping).
 
-Why "any other token" rather than one call token such as `=`: an untrained model writes a given
-token with probability ~1/128 per turn and gains nothing from a call until it has learnt to copy
-the result, so with `=` as the only call it never found the tool (plain-torch GRPO simulation:
-call rate 0 after 100 steps). Bonuses did not fix that in the real run: 0.1 for any call made the
-policy write `=` at every turn, the answer turn included (GRPO's per-group std normalisation makes
-a small bonus in an all-zero group as strong as a right answer; reward 0.1 from rollout 45 on);
-0.1 for a call followed by a digit was never earned and the model answered at chance without
-calling (reward ~0.3 from rollout 30 to 56). Here the
-untrained model calls on ~92% of its turns, and what it has to learn is to answer with the digit
-the tool gave.
+What the model learns is to use what the tool says (and to stop calling); that it calls first is
+fixed. Why, from the runs that did not learn (README.md): an untrained model writes a given token
+with probability ~1/128 per turn and gains nothing from a call until it has learnt to use the
+result. With `=` as the only call and a 0.1 bonus for any call, the policy wrote `=` at every
+turn, the answer turn included (GRPO's per-group std normalisation makes a small bonus in an
+all-zero group as strong as a right answer); with the bonus only for a call followed by a digit,
+it never called. With any non-digit as a call (~92% of the untrained model's turns are calls) it
+learnt to answer in the first turn at chance (reward ~0.3 from rollout ~35, call rate near 0)
+before it learnt to read the result, in three runs (results `[2]` and `2`, per-sample and
+per-token loss), although a plain-torch GRPO simulation of the same task learnt to call and copy
+in 40-50 steps with two seeds.
 
 `generate` is the task with the calculator; `generate_without_tool` is the baseline, where the
-same calls are answered with nothing (`[]`).
+same calls are answered with `?`.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from slime.rollout.sglang_rollout import GenerateState
 from slime.utils.http_utils import post
 from slime.utils.types import Sample
 
-RESULT_FORMAT = "[{}]"
 MAX_CALLS = 2
+NO_ANSWER = "?"  # the baseline tool's reply: one token, like the calculator's digit
 
 
 def is_call(text: str) -> bool:
@@ -46,17 +48,18 @@ def is_call(text: str) -> bool:
 
 
 def calculator_tool(question: str) -> str:
-    """The calculator's answer to the question, as the model sees it (e.g. "[2]")."""
-    return RESULT_FORMAT.format(calculator(question))
+    """The calculator's answer to the question as the model sees it: the bare value ("2")."""
+    return calculator(question)
 
 
 def silent_tool(question: str) -> str:
-    """The baseline's tool: the same call, answered with nothing ("[]")."""
-    return RESULT_FORMAT.format("")
+    """The baseline's tool: the same call, answered with nothing useful (NO_ANSWER)."""
+    return NO_ANSWER
 
 
 async def run_turns(args, sample: Sample, sampling_params, tool, call=is_call) -> Sample:
-    """One-token model turns; a turn `call` accepts gets `tool(question)` appended with loss mask 0.
+    """One-token model turns; the first one, and a later one `call` accepts, get `tool(question)`
+    appended with loss mask 0; the turn after MAX_CALLS calls, or one `call` refuses, is the answer.
 
     Sets `sample.metadata["answer"]` (the last model turn's text, None when the response budget
     ran out first) and `["tool_calls"]`. The question is `sample.metadata["question"]`.
@@ -87,14 +90,15 @@ async def run_turns(args, sample: Sample, sampling_params, tool, call=is_call) -
                                       text=output["text"], meta_info=meta)
         if meta["finish_reason"]["type"] == "abort":
             break  # append_response_tokens marked the sample aborted
-        if turn == MAX_CALLS or not call(output["text"]):
+        if turn == MAX_CALLS or (turn > 0 and not call(output["text"])):
             answer = output["text"]
             sample.status = Sample.Status.COMPLETED  # a one-token answer is a whole turn here
             break
         calls += 1
         ids = state.tokenizer(tool(question), add_special_tokens=False)["input_ids"]
         kept = ids[: budget - sample.response_length]
-        sample.append_response_tokens(args, tokens=kept, trainable=False, text=state.tokenizer.decode(kept))
+        if kept:  # the tool's answer, cut to the budget; nothing left means the next check truncates
+            sample.append_response_tokens(args, tokens=kept, trainable=False, text=state.tokenizer.decode(kept))
     sample.metadata = {**(sample.metadata or {}), "answer": answer, "tool_calls": calls}
     return sample
 

@@ -2,15 +2,15 @@
 # GRPO on the tiny MoE (scripts/models/qwen3-tiny-moe.sh) with multi-turn tool use, on CPU:
 # "n%3" (n up to 999) answered by calling a calculator (examples/tool_use/calculator_task.py).
 # Trainer: 2 gloo processes, EP2, dynamic batches; rollout: one local SGLang-compatible engine.
-# Every model turn is one token: a digit is the answer; any other token asks the calculator about
-# the question, whose answer `[r]` is appended with loss mask 0, then the model takes another turn
-# (at most 2 calls). Reward: 1 for the right answer, else 0 (exact match, no shaping).
-# TOOL=0 is the baseline: the same script and turns, the tool answers nothing (`[]`).
+# Every model turn is one token. The first turn is a call (whatever the token); after it a digit is
+# the answer and any other token another call (at most 2). A call appends the calculator's answer
+# (the bare digit) with loss mask 0. Reward: 1 for the right answer, else 0 (exact match, no shaping).
+# TOOL=0 is the baseline: the same script and turns, the tool answers nothing (`?`).
 # Seen (README.md): see the curves there for reward per rollout, wall time and load.
 #
 # Outputs in SLIME_RUN_DIR (default runs/tool-use-cpu, TOOL=0: runs/tool-use-cpu-no-tool):
 # metrics.jsonl (one row per rollout), curve.png, hf_final/ (the trained policy, HF format), ckpt/.
-# Env: TOOL (1 default, 0 baseline), NUM_ROLLOUT (default 80), LR (default 2e-3), ASYNC=1 runs
+# Env: TOOL (1 default, 0 baseline), NUM_ROLLOUT (default 100), LR (default 2e-3), ASYNC=1 runs
 # train_async.py (the next rollout is generated while the trainer trains on the current one),
 # DRY_RUN=1 only prints train.py's plan. Extra arguments are appended to train.py's flags.
 # Re-running reuses the model, data and torch_dist checkpoint already built and resumes from the
@@ -39,7 +39,7 @@ case "${ASYNC:-0}" in
 esac
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
-NUM_ROLLOUT=${NUM_ROLLOUT:-80}
+NUM_ROLLOUT=${NUM_ROLLOUT:-100}
 LR=${LR:-2e-3}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -88,8 +88,8 @@ ROLLOUT_ARGS=(
    --num-rollout "${NUM_ROLLOUT}"
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   # the whole response, tool results included: two calls ("?[r]" twice) and the answer
-   --rollout-max-response-len 9
+   # the whole response, tool results included: two calls (a token and the tool's digit, twice) and the answer
+   --rollout-max-response-len 5
    --rollout-temperature 1.0
    # one optimizer step per rollout
    --global-batch-size 256

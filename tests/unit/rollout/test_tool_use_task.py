@@ -1,5 +1,5 @@
-"""examples/tool_use/calculator_task.py: one-token turns, a non-digit turn calls the calculator on
-the question, the tool's answer is masked out of the loss, a digit is the answer and the reward its
+"""examples/tool_use/calculator_task.py: one-token turns, the first turn and a later non-digit one
+call the calculator on the question, the tool's answer is masked out of the loss, a digit is the answer and the reward its
 exact match; against a scripted engine (tests/unit/rollout/test_tool_use_example.py's)."""
 
 import asyncio
@@ -14,7 +14,7 @@ from tests.unit.rollout.test_tool_use_example import ScriptedEngine, bare_args  
 LENGTH = {"type": "length", "length": 1}
 
 
-def run(monkeypatch, args, turns, generate=task.generate, budget=9):
+def run(monkeypatch, args, turns, generate=task.generate, budget=5):
     tokenizer = GenerateState(args).tokenizer
     engine = ScriptedEngine(tokenizer, [(t, LENGTH) for t in turns])
     monkeypatch.setattr(task, "post", engine.post)
@@ -27,12 +27,12 @@ def run(monkeypatch, args, turns, generate=task.generate, budget=9):
 def test_a_call_appends_the_calculators_answer_masked(bare_args, monkeypatch):  # noqa: F811
     out, engine, ids = run(monkeypatch, bare_args, ["=", "2"])
     prompt = ids(out.prompt)
-    assert out.tokens == prompt + ids("=") + ids("[2]") + ids("2")
-    assert out.response_length == 5 == len(out.tokens) - len(prompt)
-    assert out.loss_mask == [1, 0, 0, 0, 1]
-    assert out.rollout_log_probs == [-0.5, 0.0, 0.0, 0.0, -0.5]
+    assert out.tokens == prompt + ids("=") + ids("2") + ids("2")
+    assert out.response_length == 3 == len(out.tokens) - len(prompt)
+    assert out.loss_mask == [1, 0, 1]
+    assert out.rollout_log_probs == [-0.5, 0.0, -0.5]
     assert [r["sampling_params"]["max_new_tokens"] for r in engine.requests] == [1, 1]
-    assert engine.requests[1]["input_ids"] == prompt + ids("=[2]")  # the model saw the tool's answer
+    assert engine.requests[1]["input_ids"] == prompt + ids("=2")  # the model saw the tool's answer
     assert out.metadata["tool_calls"] == 1 and out.metadata["answer"] == "2"
     assert out.status == Sample.Status.COMPLETED
     assert asyncio.run(task.reward(bare_args, out)) == 1.0
@@ -40,15 +40,16 @@ def test_a_call_appends_the_calculators_answer_masked(bare_args, monkeypatch):  
 
 def test_several_calls_then_the_last_turn_is_the_answer(bare_args, monkeypatch):  # noqa: F811
     out, engine, ids = run(monkeypatch, bare_args, ["?", "a", "="])
-    assert out.tokens[-9:] == ids("?[2]a[2]=")
-    assert out.loss_mask == [1, 0, 0, 0, 1, 0, 0, 0, 1] and len(engine.requests) == task.MAX_CALLS + 1
+    assert out.tokens[-5:] == ids("?2a2=")
+    assert out.loss_mask == [1, 0, 1, 0, 1] and len(engine.requests) == task.MAX_CALLS + 1
     assert out.metadata["tool_calls"] == task.MAX_CALLS and out.metadata["answer"] == "="
     assert asyncio.run(task.reward(bare_args, out)) == 0.0  # the last turn is the answer, not a call
 
 
-def test_an_answer_without_a_call(bare_args, monkeypatch):  # noqa: F811
-    out, engine, _ = run(monkeypatch, bare_args, ["1"])
-    assert out.loss_mask == [1] and len(engine.requests) == 1 and out.metadata["tool_calls"] == 0
+def test_the_first_turn_is_always_a_call(bare_args, monkeypatch):  # noqa: F811
+    out, engine, ids = run(monkeypatch, bare_args, ["1", "0"])
+    assert out.tokens[-3:] == ids("120") and out.loss_mask == [1, 0, 1] and len(engine.requests) == 2
+    assert out.metadata["tool_calls"] == 1 and out.metadata["answer"] == "0"
     assert asyncio.run(task.reward(bare_args, out)) == 0.0 and out.status == Sample.Status.COMPLETED
 
 
@@ -59,13 +60,15 @@ def test_only_a_digit_is_an_answer():
 
 def test_the_baseline_tool_answers_nothing(bare_args, monkeypatch):  # noqa: F811
     out, _, ids = run(monkeypatch, bare_args, ["=", "2"], generate=task.generate_without_tool)
-    assert out.tokens[-4:] == ids("=[]2") and out.loss_mask == [1, 0, 0, 1]
+    assert out.tokens[-3:] == ids("=?2") and out.loss_mask == [1, 0, 1]
     assert asyncio.run(task.reward(bare_args, out)) == 1.0
 
 
 def test_the_budget_covers_tool_tokens(bare_args, monkeypatch):  # noqa: F811
-    out, engine, _ = run(monkeypatch, bare_args, ["="], budget=3)
-    assert out.response_length == 3 and out.loss_mask == [1, 0, 0] and len(engine.requests) == 1
+    out, engine, _ = run(monkeypatch, bare_args, ["=", "?"], budget=3)  # a second call, no room for its answer
+    assert out.response_length == 3 and out.loss_mask == [1, 0, 1] and len(engine.requests) == 2
+    out, engine, _ = run(monkeypatch, bare_args, ["="], budget=2)  # no room for an answer
+    assert out.response_length == 2 and out.loss_mask == [1, 0] and len(engine.requests) == 1
     assert out.status == Sample.Status.TRUNCATED and out.metadata["answer"] is None
     assert asyncio.run(task.reward(bare_args, out)) == 0.0
 
