@@ -12,8 +12,9 @@
 # Secrets (WANDB_API_KEY) are never put in the runtime env or on a command line, which Ray records
 # and ps shows: the job's driver inherits the environment of the Ray head (`ray start` below), so
 # export them before this runs; a Ray already running must have been started with them.
-# The Ray head started here: dashboard on 127.0.0.1 (the job is submitted through it), no
-# Prometheus exporter (RAY_enable_metrics_collection=0: it would listen on every interface without
+# The Ray head started here: on one node (MASTER_ADDR unset) all of Ray's servers on loopback
+# (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which the job's driver inherits), dashboard on 127.0.0.1
+# (the job is submitted through it), no Prometheus exporter (RAY_enable_metrics_collection=0: it would listen on every interface without
 # authentication; the job reads no Ray metrics), and its token file readable by its owner only
 # (Ray writes ~/.ray/auth_token 0644; whoever reads it joins the cluster). See docs/security.md.
 
@@ -49,7 +50,12 @@ run_train_job() {
    trap '[ "${RAY_STARTED}" = "1" ] && ray stop' EXIT
    if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
       private_ray_token
-      RAY_enable_metrics_collection=0 ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" \
+      # One node (no MASTER_ADDR): Ray's single-machine mode keeps 127.0.0.1 as the node's address,
+      # so all of Ray's servers bind loopback (else Ray takes the node's IP and every interface).
+      local clusters=1
+      if [ -z "${MASTER_ADDR:-}" ]; then clusters=0; fi
+      RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="${clusters}" RAY_enable_metrics_collection=0 \
+         ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" \
          --dashboard-host 127.0.0.1 --num-gpus 8 --disable-usage-stats
       RAY_STARTED=1
    elif [ -e "${RAY_AUTH_TOKEN_PATH:-${HOME}/.ray/auth_token}" ]; then

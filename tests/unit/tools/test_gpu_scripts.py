@@ -122,8 +122,8 @@ def _fake_ray(tmp_path, status_rc: int) -> dict:
     bin_dir.mkdir()
     log = tmp_path / "ray.log"
     script = bin_dir / "ray"
-    script.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" >> "{log}"\necho >> "{log}"\n'
-                      f'if [ "$1" = status ]; then exit {status_rc}; fi\nexit 0\n')
+    script.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" "ENV=${{RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER-unset}}" >> "{log}"\n'
+                      f'echo >> "{log}"\nif [ "$1" = status ]; then exit {status_rc}; fi\nexit 0\n')
     script.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LOG": str(log)}
 
@@ -136,6 +136,8 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
     calls = [line.split("\0") for line in open(fake["LOG"]).read().split("\0\n")[:-1]]
     verbs = [c[0] for c in calls]
     assert verbs == (["status", "start", "job", "stop"] if starts else ["status", "job"])
+    # a head started here for one node keeps Ray's servers on loopback (docs/security.md)
+    assert [c[-1] for c in calls if c[0] == "start"] == (["ENV=0"] if starts else [])
     submit = next(c for c in calls if c[:2] == ["job", "submit"])
     cmd = submit[submit.index("--") + 1:]
     assert cmd[:4] == [sys.executable, f"{repo_root}/train_async.py", "--actor-num-nodes", "1"]
