@@ -46,16 +46,19 @@ run_train_job() {
       fi
    done
 
+   # Ray 2.60's `ray start` turns token authentication on, but its CLI sends the token only under
+   # RAY_AUTH_MODE=token: without it `ray status` fails (and a running Ray looks absent) and
+   # `ray job submit` answers "Missing authentication token".
+   export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+   # One node (no MASTER_ADDR): Ray's single-machine mode keeps 127.0.0.1 as the node's address, so
+   # all of Ray's servers bind loopback (else Ray takes the node's IP and every interface); every
+   # Ray command here needs it (else it, too, takes 127.0.0.1 for the node's IP).
+   if [ -z "${MASTER_ADDR:-}" ]; then export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0; fi
    RAY_STARTED=0
    trap '[ "${RAY_STARTED}" = "1" ] && ray stop' EXIT
    if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then
       private_ray_token
-      # One node (no MASTER_ADDR): Ray's single-machine mode keeps 127.0.0.1 as the node's address,
-      # so all of Ray's servers bind loopback (else Ray takes the node's IP and every interface).
-      local clusters=1
-      if [ -z "${MASTER_ADDR:-}" ]; then clusters=0; fi
-      RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="${clusters}" RAY_enable_metrics_collection=0 \
-         ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" \
+      RAY_enable_metrics_collection=0 ray start --head --node-ip-address "${MASTER_ADDR:-127.0.0.1}" \
          --dashboard-host 127.0.0.1 --num-gpus 8 --disable-usage-stats
       RAY_STARTED=1
    elif [ -e "${RAY_AUTH_TOKEN_PATH:-${HOME}/.ray/auth_token}" ]; then
