@@ -22,7 +22,7 @@ from pathlib import Path
 
 import ray
 
-from slime.ray.access import LOCAL_RAY_ENV, private_ray_token
+from slime.ray.access import prepare_local_ray, private_ray_token
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
@@ -53,8 +53,8 @@ def start_ray(args) -> str | None:
     API key (`$SLIME_API_KEY`, see `slime.utils.security.ensure_job_api_key`) travels the same
     way: a local Ray's workers inherit this process's environment; on a cluster both go in the
     job's runtime env (which Ray records: see docs/security.md). Ray's token file is made
-    readable by its owner only, and a local Ray runs without dashboard and metrics exporter
-    (`slime.ray.access`)."""
+    readable by its owner only, and a local Ray runs on loopback, without dashboard and metrics
+    exporter (`slime.ray.access.prepare_local_ray`)."""
     if ray.is_initialized():
         return None
     token = os.environ[JOB_TOKEN_ENV] = uuid.uuid4().hex
@@ -65,7 +65,7 @@ def start_ray(args) -> str | None:
                  runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
         return token
     plan = PlacementPlan.from_args(args)
-    os.environ.update(LOCAL_RAY_ENV)
+    prepare_local_ray()
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
     return token
 

@@ -24,7 +24,7 @@ import ray
 import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
-from slime.ray.access import bind_host
+from slime.ray.access import ROUTER_HOST
 from slime.ray.engines import create_engine_actor, create_engines
 from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
@@ -177,7 +177,7 @@ class RolloutManager:
             self.router_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
             logger.info("using the existing router at %s", self.router_url)
             return None
-        host = bind_host()  # loopback on a one-node cluster
+        host = ROUTER_HOST  # loopback on any cluster: its clients are all in this process
         port = free_port(host)
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
                                extra=router_extra_args(args)).start()
