@@ -8,7 +8,9 @@
 # Env: TEACHER_DIR (default runs/tiny-moe-cpu: a finished run of scripts/run-tiny-moe-cpu.sh; its
 # hf_final/ is the teacher; when missing, that script is run first with NUM_ROLLOUT=${TEACHER_ROLLOUTS:-60}),
 # SLIME_RUN_DIR (default runs/opd-tiny-cpu), NUM_ROLLOUT (default 30), OPD_KL_COEF (default 1.0;
-# 0 keeps plain GRPO while still measuring the reverse KL: the control run), LR (default 2e-3).
+# 0 keeps plain GRPO while still measuring the reverse KL: the control run), LR (default 2e-3),
+# DISTILL_ONLY=1 (train on the teacher alone: the training reward is 0 for every sample, so GRPO
+# advantages are 0; eval/toy still reports the task score; see rewards.py).
 # Extra arguments are appended to train.py's flags. The run starts afresh each time (--overwrite-run).
 # Outputs: SLIME_RUN_DIR/metrics.jsonl (train/opd_reverse_kl, rollout/raw_reward, eval/toy each 10
 # rollouts), teacher_engine.log.
@@ -69,12 +71,18 @@ OPD_ARGS=(
    --opd-kl-coef "${OPD_KL_COEF}"
 )
 
+REWARD_ARGS=(--rm-type math)
+if [ "${DISTILL_ONLY:-0}" = "1" ]; then
+   REWARD_ARGS=(--custom-rm-path examples.on_policy_distillation.rewards.distill_only
+                --reward-key train --eval-reward-key task)
+fi
+
 ARGS=(
    --actor-num-nodes 1 --actor-num-gpus-per-node 2 --rollout-num-gpus 1 --rollout-num-gpus-per-engine 1
    "${MODEL_ARGS[@]}"
    --hf-checkpoint "${RUN_DIR}/hf" --ref-load "${RUN_DIR}/torch_dist" --save "${RUN_DIR}/ckpt" --overwrite-run
    --prompt-data "${RUN_DIR}/data/train.jsonl" --input-key prompt --label-key label --apply-chat-template
-   --rollout-shuffle --rm-type math
+   --rollout-shuffle "${REWARD_ARGS[@]}"
    --num-rollout "${NUM_ROLLOUT}" --rollout-batch-size 32 --n-samples-per-prompt 8
    --rollout-max-response-len 1 --rollout-temperature 1.0 --global-batch-size 256
    --eval-interval 10 --eval-prompt-data toy "${RUN_DIR}/data/eval.jsonl"
@@ -86,7 +94,7 @@ ARGS=(
    --distributed-backend gloo --seed 1234 --metrics-dir "${RUN_DIR}"
 )
 
-echo "[opd] teacher ${TEACHER_HF} at :${TEACHER_PORT}; student ${RUN_DIR}/hf; --opd-kl-coef ${OPD_KL_COEF}"
+echo "[opd] teacher ${TEACHER_HF} at :${TEACHER_PORT}; student ${RUN_DIR}/hf; --opd-kl-coef ${OPD_KL_COEF}; distill only: ${DISTILL_ONLY:-0}"
 python train.py "${ARGS[@]}" "$@"
 python - "${RUN_DIR}/metrics.jsonl" <<'EOF'
 import json

@@ -1,11 +1,14 @@
 """End to end on-policy distillation (`--use-opd`) through `train.py` on the tiny MoE.
 
-The teacher is a second tiny MoE (seed 1) whose output layer is scaled up, so its next-token
-distributions are peaked and far from the fresh student's near-uniform ones (a large reverse KL to
-start from). `--opd-type sglang` serves it from a second local engine: every finished sample gets
-the teacher's log-prob of each response token (checked against transformers' forward of the
-teacher), the trainer's advantages equal the GRPO advantage minus `--opd-kl-coef` times
-(student - teacher log-prob) token by token, and `train/opd_reverse_kl` falls over the rollouts.
+The teacher is the student's own tiny MoE (seed 0) with its output layer scaled up: the same
+preferences, but peaked next-token distributions, far from the student's near-uniform ones (a
+reverse KL of about 2 nats to start from). `--opd-type sglang` serves it from a second local
+engine: every finished sample gets the teacher's log-prob of each response token (checked against
+transformers' forward of the teacher), the trainer's advantages equal the GRPO advantage minus
+`--opd-kl-coef` times (student - teacher log-prob) token by token, and `train/opd_reverse_kl` is the
+token mean of that difference. Whether the KL falls is not asserted here: over 3 rollouts it
+moved by less than its noise (seen 2.28, 2.37, 2.38 with this teacher; 0.75, 0.77, 0.66 with a
+seed-1 teacher); the example (examples/on_policy_distillation/README.md) shows it fall over 30.
 `--opd-type megatron` loads the same teacher as a torch_dist checkpoint, swapped into the actor for
 a "teacher_" log-prob pass: its log-probs equal the engine teacher's on the same samples.
 """
@@ -24,15 +27,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 NUM_ROLLOUT = 3
 MAX_RESPONSE_LEN = 3
-KL_COEF = 0.5
-TEACHER_SHARPNESS = 8.0  # the teacher's lm_head is this many times the seed-1 model's
+KL_COEF = 1.0
+TEACHER_SHARPNESS = 16.0  # the teacher's lm_head is this many times the seed-1 model's
 
 
 def record_train_data(args, rollout_id, rollout_data):
     """--rollout-data-postprocess-path: what this rank trains on, after advantages (per rank)."""
     import torch.distributed as dist
 
-    keep = ("tokens", "response_lengths", "rewards", "advantages", "log_probs", "teacher_log_probs")
+    keep = ("tokens", "response_lengths", "loss_masks", "rewards", "advantages", "log_probs", "teacher_log_probs")
     data = {k: rollout_data.get(k) for k in keep}
     rank = dist.get_rank() if dist.is_initialized() else 0
     torch.save(data, Path(args.save).parent / f"train_data_{rollout_id}_rank{rank}.pt")
@@ -40,10 +43,10 @@ def record_train_data(args, rollout_id, rollout_data):
 
 @pytest.fixture(scope="module")
 def teacher_hf(tmp_path_factory) -> Path:
-    """A peaked tiny MoE teacher: seed 1, lm_head scaled by TEACHER_SHARPNESS."""
+    """A peaked tiny MoE teacher: the student (seed 0) with lm_head scaled by TEACHER_SHARPNESS."""
     from safetensors.torch import load_file, save_file
 
-    out = load_tool("make_tiny_model").make_tiny_model(tmp_path_factory.mktemp("opd_teacher_hf"), variant="moe", seed=1)
+    out = load_tool("make_tiny_model").make_tiny_model(tmp_path_factory.mktemp("opd_teacher_hf"), variant="moe", seed=0)
     weights = load_file(str(out / "model.safetensors"))
     weights["lm_head.weight"] = weights["lm_head.weight"] * TEACHER_SHARPNESS
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -86,6 +89,20 @@ def _check_advantages(parts: list[dict]) -> int:
     return checked
 
 
+def _mean_reverse_kl(parts: list[dict]) -> float:
+    """Token mean of (student - teacher log-prob) over loss-masked tokens of every rank's samples."""
+    total = count = 0.0
+    for part in parts:
+        for i, student in enumerate(part["log_probs"]):
+            if student is None:
+                continue
+            mask = torch.as_tensor(part["loss_masks"][i], dtype=torch.float64)
+            kl = torch.as_tensor(student, dtype=torch.float64) - torch.as_tensor(part["teacher_log_probs"][i],
+                                                                                 dtype=torch.float64)
+            total, count = total + float((kl * mask).sum()), count + float(mask.sum())
+    return total / count
+
+
 def test_sglang_teacher_scores_every_response_token(e2e_inputs, teacher_hf, teacher_url, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -104,9 +121,10 @@ def test_sglang_teacher_scores_every_response_token(e2e_inputs, teacher_hf, teac
         want = _hf_response_log_probs(teacher, s["tokens"], n)
         torch.testing.assert_close(torch.tensor(s["teacher_log_probs"]), want, atol=1e-4, rtol=0)
     for rollout_id in range(NUM_ROLLOUT):
-        assert _check_advantages(_train_data(tmp_path, rollout_id)) == len(samples)
-    kl = [by_id[r]["train/opd_reverse_kl"] for r in range(NUM_ROLLOUT)]
-    assert kl[0] > 1.0 and kl[-1] < kl[0], kl
+        parts = _train_data(tmp_path, rollout_id)
+        assert _check_advantages(parts) == len(samples)
+        assert by_id[rollout_id]["train/opd_reverse_kl"] == pytest.approx(_mean_reverse_kl(parts), abs=1e-5)
+    assert by_id[0]["train/opd_reverse_kl"] > 0.5  # the peaked teacher is far from the student
 
 
 def test_megatron_teacher_matches_the_engine_teacher(e2e_inputs, teacher_hf, teacher_url, tmp_path_factory):
@@ -119,7 +137,7 @@ def test_megatron_teacher_matches_the_engine_teacher(e2e_inputs, teacher_hf, tea
              "--rollout-data-postprocess-path", "tests.e2e.test_opd.record_train_data"]
     argv = grpo_argv(e2e_inputs.hf, e2e_inputs.torch_dist, e2e_inputs.data, tmp_path, 1, extra=extra)
     by_id = rollout_rows(run_train(argv, tmp_path, timeout=600))
-    assert by_id[0]["train/opd_reverse_kl"] > 1.0
+    assert by_id[0]["train/opd_reverse_kl"] > 0.5
     parts = _train_data(tmp_path, 0)
     samples = torch.load(str(dump).format(rollout_id=0), weights_only=False)["samples"]
     assert _check_advantages(parts) == len(samples)

@@ -245,8 +245,9 @@ class MegatronTrainer(DataSplitMixin):
 
     def _opd_metrics(self, rollout_data: dict, mine: list[int]) -> dict[str, float]:
         mpu = _mpu()
-        return opd.reverse_kl_metric(rollout_data, mine, mpu.is_pipeline_last_stage(), mpu.get_data_parallel_group(),
-                                     mpu.get_pipeline_model_parallel_group(), mpu.get_pipeline_model_parallel_last_rank())
+        return opd.reverse_kl_metric(rollout_data, mine, mpu.is_pipeline_last_stage(),
+                                     mpu.get_data_parallel_group(), mpu.get_pipeline_model_parallel_group(),
+                                     mpu.get_pipeline_model_parallel_last_rank())
 
     def update_reference_model(self) -> None:
         """The reference takes the actor's current weights (`--ref-update-interval`, after the steps

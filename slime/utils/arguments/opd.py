@@ -21,7 +21,8 @@ OPD_TYPES = ("sglang", "megatron")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the on-policy distillation flags as one argument group."""
-    group = parser.add_argument_group("opd", "On-policy distillation: a teacher's per-token log-probs as a training signal.")
+    group = parser.add_argument_group(
+        "opd", "On-policy distillation: a teacher's per-token log-probs as a training signal.")
     group.add_argument("--use-opd", action="store_true", default=False,
                        help="On-policy distillation: subtract --opd-kl-coef * (student log-prob - teacher log-prob) "
                        "of every response token from its advantage. Needs --opd-type.")
