@@ -5,8 +5,9 @@ The teacher is any server speaking SGLang's `/generate` (an SGLang server or our
 at `--opd-teacher-url`. The request feeds prompt + response as the prompt with
 `max_new_tokens` 0, `return_logprob` and `logprob_start_len` just before the response, so the
 answer's `meta_info.input_token_logprobs` holds one `[logprob, token_id, text]` entry per fed
-token from that position on (the very first token of a sequence has logprob None). The last
-`response_length` entries are the response's, checked token by token against the sample.
+token from that position on, the first with logprob None (SGLang scores only the positions after
+`logprob_start_len`; the local engine does the same). The last `response_length` entries are the
+response's, checked token by token against the sample.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ def test_request_scores_prompt_plus_response_from_just_before_the_response():
 
 def test_response_log_probs_are_the_last_entries_in_order():
     sample = _sample([5, 6, 7], [8, 9])
-    # logprob_start_len 2: entries for positions 2, 3, 4 (tokens 7, 8, 9)
-    output = {"meta_info": {"input_token_logprobs": [[-0.3, 7, None], [-1.5, 8, None], [-0.25, 9, None]]}}
+    # logprob_start_len 2: entries for positions 2, 3, 4 (tokens 7, 8, 9); SGLang leaves the first None
+    output = {"meta_info": {"input_token_logprobs": [[None, 7, None], [-1.5, 8, None], [-0.25, 9, None]]}}
     assert teacher_log_probs_from_output(output, sample) == [-1.5, -0.25]
 
 
