@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -28,6 +30,7 @@ from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
 from slime.utils.failure import root_cause
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
+from slime.utils.startup_profile import mark
 
 logger = logging.getLogger(__name__)
 
@@ -104,18 +107,84 @@ def stop_job_processes(token: str) -> list[int]:
     return pids
 
 
+def _exit_on_sigterm(signum, frame):
+    """ray.init's own SIGTERM handler (set from the main thread only): exit, unwinding the job."""
+    sys.exit(signum)
+
+
+class _NoSigtermWarning(logging.Filter):
+    """Drops ray's "SIGTERM handler is not set" warning: RayStart sets the handler itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+class RayStart:
+    """`start_ray(args)` in a background thread, so that the driver's own work before the job
+    (train.py's megatron-core config check, which imports megatron) overlaps Ray's start-up.
+
+    `with RayStart(args) as early:` ... `JobScope(args, early)` takes the started Ray over (and
+    stops it when the job ends); leaving the block without handing it over (a refusal, an error,
+    Ctrl-C) waits for the start and stops Ray and the processes it started.
+
+    `ray.init` sets its SIGTERM handler (exit, which unwinds the JobScope) only from the main
+    thread, so this sets the same handler here, and hides ray's warning that it did not."""
+
+    def __init__(self, args):
+        self._result: dict = {}
+        self._handed_over = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        self._thread = threading.Thread(target=self._start, args=(args,), name="ray-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, args) -> None:
+        ray_worker_log = logging.getLogger("ray._private.worker")
+        hide = _NoSigtermWarning()
+        ray_worker_log.addFilter(hide)
+        try:
+            self._result["token"] = start_ray(args)
+        except BaseException as e:  # re-raised in the caller's thread by token()
+            self._result["error"] = e
+        finally:
+            ray_worker_log.removeFilter(hide)
+
+    def token(self) -> str | None:
+        """Wait for the start; the job token (as `start_ray` returns it). JobScope owns Ray after."""
+        self._thread.join()
+        self._handed_over = True
+        if "error" in self._result:
+            raise self._result["error"]
+        return self._result["token"]
+
+    def __enter__(self) -> "RayStart":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handed_over:
+            return
+        self._thread.join()
+        token = self._result.get("token")
+        if token is not None:
+            ray.shutdown()
+            stop_job_processes(token)
+
+
 class JobScope:
     """`with JobScope(args) as job:` -- Ray, placement, and everything the job starts.
 
     `job.start(RolloutSide)` / `job.start(ActorSide)` build a side on the placement and
     `job.metrics_logger(total)` the sinks; all are stopped on exit, each even when another
-    fails to stop, in reverse order of start."""
+    fails to stop, in reverse order of start. `early`: a `RayStart` already under way (else Ray
+    starts here)."""
 
-    def __init__(self, args):
+    def __init__(self, args, early: RayStart | None = None):
         self.args = args
         self._stoppers: list = []
-        self.token = start_ray(args)
+        self.token = early.token() if early is not None else start_ray(args)
+        mark("ray started")
         self.placement = place(args)
+        mark("placement ready")
 
     def start(self, side_cls):
         """`side_cls(args, placement)` (RolloutSide or ActorSide), shut down when the job ends."""
