@@ -12,6 +12,7 @@ process (the exact launch line, hosts and ports as placeholders) and exits witho
 import contextlib
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from slime.utils.arguments import parse_args
 from slime.utils.plan import build_plan, render_plan
@@ -62,10 +63,10 @@ def train(args, early_ray=None) -> None:
 
 def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
-    (default: train) holding the run folders' locks (`slime.utils.run_folder`). With `early_ray`
-    (default: when `loop` is train's), Ray starts in the background while megatron-core's config
-    check runs (`slime.ray.job.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
-    a refusal stops it again.
+    (default: train) holding the run folders' locks (`slime.utils.run_folder`). megatron-core's
+    config check runs in a thread; with `early_ray` (default: when `loop` is train's) Ray starts
+    meanwhile (`slime.ray.job.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
+    a refusal stops Ray again.
 
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
     <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
@@ -106,15 +107,17 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
                 return _refuse(entry, problems)
             if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
                 return _refuse(entry, refusals)
-            with _ray_start(args, loop is None if early_ray is None else early_ray) as ray_start:
-                if refused := _megatron_configs(args)[1]:  # megatron-core's own checks, before any process group
-                    return _refuse(entry, refused)
-                claim_run_folder(args)
-                mark("flags, pre-flight and megatron config checks done")
-                if ray_start is None:
-                    (loop or train)(args)
-                else:
-                    (loop or train)(args, early_ray=ray_start)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="megatron-config-check") as pool:
+                check = pool.submit(_megatron_configs, args)  # imports megatron-core while Ray starts
+                with _ray_start(args, loop is None if early_ray is None else early_ray) as ray_start:
+                    if refused := check.result()[1]:  # megatron-core's own checks, before any process group
+                        return _refuse(entry, refused)
+                    claim_run_folder(args)
+                    mark("flags, pre-flight and megatron config checks done")
+                    if ray_start is None:
+                        (loop or train)(args)
+                    else:
+                        (loop or train)(args, early_ray=ray_start)
     except RunFolderError as e:
         return _refuse(entry, [str(e)])
     except KeyboardInterrupt:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
-import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -107,67 +105,32 @@ def stop_job_processes(token: str) -> list[int]:
     return pids
 
 
-def _exit_on_sigterm(signum, frame):
-    """ray.init's own SIGTERM handler (set from the main thread only): exit, unwinding the job."""
-    sys.exit(signum)
-
-
-class _NoSigtermWarning(logging.Filter):
-    """Drops ray's "SIGTERM handler is not set" warning: RayStart sets the handler itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "SIGTERM handler is not set" not in record.getMessage()
-
-
 class RayStart:
-    """`start_ray(args)` in a background thread, so that the driver's own work before the job
-    (train.py's megatron-core config check, which imports megatron) overlaps Ray's start-up.
+    """Ray started before the job's scope, so that it overlaps the driver's own work before the job
+    (train.py runs megatron-core's config check, which imports megatron, in a thread meanwhile).
 
     `with RayStart(args) as early:` ... `JobScope(args, early)` takes the started Ray over (and
-    stops it when the job ends); leaving the block without handing it over (a refusal, an error,
-    Ctrl-C) waits for the start and stops Ray and the processes it started.
-
-    `ray.init` sets its SIGTERM handler (exit, which unwinds the JobScope) only from the main
-    thread, so this sets the same handler here, and hides ray's warning that it did not."""
+    stops it when the job ends); leaving the block without handing it over (a refusal, an error)
+    stops Ray and the processes it started. Ray starts in the calling thread, never in a helper
+    thread: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), and ray.init
+    sets its SIGTERM handler from the main thread only."""
 
     def __init__(self, args):
-        self._result: dict = {}
+        self._token = start_ray(args)
         self._handed_over = False
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        self._thread = threading.Thread(target=self._start, args=(args,), name="ray-start", daemon=True)
-        self._thread.start()
-
-    def _start(self, args) -> None:
-        ray_worker_log = logging.getLogger("ray._private.worker")
-        hide = _NoSigtermWarning()
-        ray_worker_log.addFilter(hide)
-        try:
-            self._result["token"] = start_ray(args)
-        except BaseException as e:  # re-raised in the caller's thread by token()
-            self._result["error"] = e
-        finally:
-            ray_worker_log.removeFilter(hide)
 
     def token(self) -> str | None:
-        """Wait for the start; the job token (as `start_ray` returns it). JobScope owns Ray after."""
-        self._thread.join()
+        """The job token (as `start_ray` returns it); the JobScope owns Ray from now on."""
         self._handed_over = True
-        if "error" in self._result:
-            raise self._result["error"]
-        return self._result["token"]
+        return self._token
 
     def __enter__(self) -> "RayStart":
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._handed_over:
-            return
-        self._thread.join()
-        token = self._result.get("token")
-        if token is not None:
+        if not self._handed_over and self._token is not None:
             ray.shutdown()
-            stop_job_processes(token)
+            stop_job_processes(self._token)
 
 
 class JobScope:
