@@ -17,8 +17,8 @@ lr 2e-3, one optimizer step per batch:
 Each runs as a command of its own twice, `--short` and `--long` steps (TRL short, ours short,
 TRL long, ours long, so both see about the same load). Per step = (wall time of the long command -
 wall time of the short one) / (long - short): start-up and shutdown are the same in both commands
-and cancel. Start-up = command start -> end of the first step, minus one step (ours: the first row
-of metrics.jsonl appearing; TRL: its first `on_step_end`). Also printed: the median interval
+and cancel. Start-up = command start -> end of the first step, minus one step (the median
+interval below; ours: the first row of metrics.jsonl appearing; TRL: its first `on_step_end`). Also printed: the median interval
 between consecutive step ends of the long command (after its first two steps), a per-step figure
 less exposed to one slow start-up on a busy machine. Prints both, the ratios ours / TRL,
 the machine's load average and our short run's start-up profile (`slime.utils.startup_profile`:
@@ -153,8 +153,9 @@ def summarize(runs: dict, short: int, long: int) -> dict:
         step = (b["wall"] - a["wall"]) / (long - short)
         first = a["step_ends"][0]
         intervals = [y - x for x, y in zip(b["step_ends"][1:], b["step_ends"][2:])]
-        result[name] = {"step": step, "startup": first - step, "first_step": first,
-                        "step_median": statistics.median(intervals) if intervals else None,
+        median = statistics.median(intervals) if intervals else None
+        one_step = median if median is not None else step  # the median does not move with start-up
+        result[name] = {"step": step, "startup": first - one_step, "first_step": first, "step_median": median,
                         "wall_short": a["wall"], "wall_long": b["wall"], "fixed": a["wall"] - short * step}
     result["ratio_step"] = result["ours"]["step"] / result["trl"]["step"]
     if result["trl"]["step_median"] and result["ours"]["step_median"] is not None:
@@ -167,7 +168,8 @@ def summarize(runs: dict, short: int, long: int) -> dict:
 
 def render(result: dict) -> str:
     lines = [f"per step = (wall of {result['long']} steps - wall of {result['short']}) / {result['long'] - result['short']}; "
-             "start-up = command -> end of first step, minus one step; fixed = wall of the short run - its steps"]
+             "start-up = command -> end of first step, minus one step (the median interval); "
+             "fixed = wall of the short run - its steps"]
     for name in ("ours", "trl"):
         r = result[name]
         median = "n/a" if r["step_median"] is None else f"{r['step_median']:.3f}"
@@ -177,6 +179,9 @@ def render(result: dict) -> str:
     lines += [f"  {row['t']:7.2f}  {row['event']}" for row in result.get("profile", [])]
     lines.append(f"ratio ours/TRL: per step {result['ratio_step']:.2f} (median intervals "
                  f"{result.get('ratio_step_median', float('nan')):.2f})  start-up {result['ratio_startup']:.2f}")
+    if min(result["ours"]["step"], result["trl"]["step"]) <= 0:
+        lines.append("warning: a long command finished no later than its short one (the load moved during the run): "
+                     "the per-step figures by difference are meaningless here; read the median intervals")
     lines.append(f"load average before / after: {result['load_before']} / {result['load_after']}")
     return "\n".join(lines)
 
