@@ -28,6 +28,7 @@ from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
 from slime.utils.failure import root_cause
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
+from slime.utils.startup_profile import mark
 
 logger = logging.getLogger(__name__)
 
@@ -104,18 +105,49 @@ def stop_job_processes(token: str) -> list[int]:
     return pids
 
 
+class RayStart:
+    """Ray started before the job's scope, so that it overlaps the driver's own work before the job
+    (train.py runs megatron-core's config check, which imports megatron, in a thread meanwhile).
+
+    `with RayStart(args) as early:` ... `JobScope(args, early)` takes the started Ray over (and
+    stops it when the job ends); leaving the block without handing it over (a refusal, an error)
+    stops Ray and the processes it started. Ray starts in the calling thread, never in a helper
+    thread: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), and ray.init
+    sets its SIGTERM handler from the main thread only."""
+
+    def __init__(self, args):
+        self._token = start_ray(args)
+        self._handed_over = False
+
+    def token(self) -> str | None:
+        """The job token (as `start_ray` returns it); the JobScope owns Ray from now on."""
+        self._handed_over = True
+        return self._token
+
+    def __enter__(self) -> "RayStart":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._handed_over and self._token is not None:
+            ray.shutdown()
+            stop_job_processes(self._token)
+
+
 class JobScope:
     """`with JobScope(args) as job:` -- Ray, placement, and everything the job starts.
 
     `job.start(RolloutSide)` / `job.start(ActorSide)` build a side on the placement and
     `job.metrics_logger(total)` the sinks; all are stopped on exit, each even when another
-    fails to stop, in reverse order of start."""
+    fails to stop, in reverse order of start. `early`: a `RayStart` already under way (else Ray
+    starts here)."""
 
-    def __init__(self, args):
+    def __init__(self, args, early: RayStart | None = None):
         self.args = args
         self._stoppers: list = []
-        self.token = start_ray(args)
+        self.token = early.token() if early is not None else start_ray(args)
+        mark("ray started")
         self.placement = place(args)
+        mark("placement ready")
 
     def start(self, side_cls):
         """`side_cls(args, placement)` (RolloutSide or ActorSide), shut down when the job ends."""

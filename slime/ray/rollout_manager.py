@@ -30,6 +30,7 @@ from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
 from slime.utils.engine_client import SyncEngineClient
 from slime.utils.misc import load_function
+from slime.utils.startup_profile import mark
 from slime.utils.plugins import (
     call_convert_samples_to_train_data,
     call_reward_post_process,
@@ -160,8 +161,11 @@ class RolloutManager:
         self.kind, self.engines, self.positions, self.urls, self.router = None, [], [], [], None
         if not args.debug_train_only:  # --debug-train-only replays recorded rollouts: no engines
             self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
-            self.urls = ray.get([e.start.remote() for e in self.engines])
-            self.router = self._start_router(args)
+            starting = [e.start.remote() for e in self.engines]
+            self.router = self._start_router(args)  # while the engines start
+            mark("router up")
+            self.urls = ray.get(starting)
+            mark("engines up")
             for url in self.urls:
                 add_worker(self.router_url, url)
         self._lock = threading.Lock()  # guards self.urls
