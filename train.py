@@ -9,23 +9,28 @@ arithmetic, memory, the configs built), one `sglang command: ` line per engine
 process (the exact launch line, hosts and ports as placeholders) and exits without starting Ray.
 """
 
+import contextlib
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from slime.utils.arguments import parse_args
 from slime.utils.plan import build_plan, render_plan
+from slime.utils.startup_profile import mark, start_clock
 
 
-def train(args) -> None:
+def train(args, early_ray=None) -> None:
     """Metrics row r holds rollout r and, when evaluated, the eval of the same weights that
-    generated it (eval after rollout r-1); a final row holds the eval after the last rollout."""
+    generated it (eval after rollout r-1); a final row holds the eval after the last rollout.
+    `early_ray`: a `slime.ray.job.RayStart` under way (`main` starts Ray while it checks)."""
     from slime.ray.critic import CriticSide
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
-    with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
-        rollout = job.start(RolloutSide)
-        args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
-        actor = job.start(ActorSide)
+    with JobScope(args, early_ray) as job:  # on leaving, for any reason, everything the job started stops
+        rollout = job.start(RolloutSide)  # the engines and the router start meanwhile
+        if args.num_rollout is None:  # --num-epoch resolved before the actor builds its LR schedule (waits for
+            args.num_rollout = rollout.num_rollout()  # the rollout manager: its data source knows the length)
+        actor = job.start(ActorSide)  # the trainer ranks build while the engines start
         critic = job.start(CriticSide)  # --advantage-estimator ppo only (else every call is a no-op)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(rollout), num_rollout=args.num_rollout)
@@ -33,9 +38,12 @@ def train(args) -> None:
         rollout.load(schedule.start_rollout_id)
         log = job.metrics_logger(total=schedule.num_rollout, start=schedule.start_rollout_id)
         actor.sync_weights(rollout, version=schedule.start_rollout_id)
+        mark("first weight sync done")
         metrics = rollout.evaluate(schedule.start_rollout_id) if schedule.eval_before_training() else {}
         for rollout_id in schedule.rollouts():
             data, rollout_metrics = rollout.generate(rollout_id)
+            if rollout_id == schedule.start_rollout_id:
+                mark("first rollout generated")
             metrics |= rollout_metrics
             log.begin(rollout_id, metrics)  # written on failure too, if the rollout does not finish
             metrics |= actor.onload_if_colocated(rollout)
@@ -53,9 +61,12 @@ def train(args) -> None:
             log.log(schedule.num_rollout, metrics)
 
 
-def main(argv=None, entry="train", loop=None) -> int:
+def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
-    (default: train) holding the run folders' locks (`slime.utils.run_folder`).
+    (default: train) holding the run folders' locks (`slime.utils.run_folder`). megatron-core's
+    config check runs in a thread; with `early_ray` (default: when `loop` is train's) Ray starts
+    meanwhile (`slime.ray.job.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
+    a refusal stops Ray again.
 
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
     <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
@@ -69,6 +80,8 @@ def main(argv=None, entry="train", loop=None) -> int:
     from slime.utils.run_folder import RunFolderError, RunLock, claim_run_folder, run_folders
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    start_clock()  # the start-up profile's zero, unless the launching script set it
+    mark(f"{entry}.py: imports done")
     try:
         args = parse_args(argv, entry=entry)
     except ArgumentError as e:
@@ -94,10 +107,17 @@ def main(argv=None, entry="train", loop=None) -> int:
                 return _refuse(entry, problems)
             if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
                 return _refuse(entry, refusals)
-            if refused := _megatron_configs(args)[1]:  # megatron-core's own checks, before any process group
-                return _refuse(entry, refused)
-            claim_run_folder(args)
-            (loop or train)(args)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="megatron-config-check") as pool:
+                check = pool.submit(_megatron_configs, args)  # imports megatron-core while Ray starts
+                with _ray_start(args, loop is None if early_ray is None else early_ray) as ray_start:
+                    if refused := check.result()[1]:  # megatron-core's own checks, before any process group
+                        return _refuse(entry, refused)
+                    claim_run_folder(args)
+                    mark("flags, pre-flight and megatron config checks done")
+                    if ray_start is None:
+                        (loop or train)(args)
+                    else:
+                        (loop or train)(args, early_ray=ray_start)
     except RunFolderError as e:
         return _refuse(entry, [str(e)])
     except KeyboardInterrupt:
@@ -108,6 +128,15 @@ def main(argv=None, entry="train", loop=None) -> int:
             raise
         return _job_failed(entry, e, args)
     return 0
+
+
+def _ray_start(args, early: bool):
+    """A `RayStart` under way when `early`, else a no-op context yielding None."""
+    if not early:
+        return contextlib.nullcontext()
+    from slime.ray.job import RayStart
+
+    return RayStart(args)
 
 
 def _megatron_configs(args) -> tuple[list[tuple[str, str]], list[str]]:

@@ -9,15 +9,16 @@ import sys
 from train import main as train_main
 
 
-def train_async(args) -> None:
-    """Metrics rows as in train.py; eval runs on the weights just synced."""
+def train_async(args, early_ray=None) -> None:
+    """Metrics rows as in train.py; eval runs on the weights just synced. `early_ray`: as train.py's."""
     from slime.ray.critic import CriticSide
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
-    with JobScope(args) as job:  # on leaving, for any reason, everything the job started stops
-        rollout = job.start(RolloutSide)
-        args.num_rollout = rollout.num_rollout()  # --num-epoch resolved before the actor builds its LR schedule
-        actor = job.start(ActorSide)
+    with JobScope(args, early_ray) as job:  # on leaving, for any reason, everything the job started stops
+        rollout = job.start(RolloutSide)  # the engines and the router start meanwhile
+        if args.num_rollout is None:  # --num-epoch resolved before the actor builds its LR schedule (waits for
+            args.num_rollout = rollout.num_rollout()  # the rollout manager: its data source knows the length)
+        actor = job.start(ActorSide)  # the trainer ranks build while the engines start
         critic = job.start(CriticSide)  # --advantage-estimator ppo only (else every call is a no-op)
         rollout.keep_weights_from(actor)  # --use-fault-tolerance: restarted engines get the weights
         schedule = Schedule(args, start_rollout_id=actor.init(), num_rollout=args.num_rollout)
@@ -50,4 +51,4 @@ def train_async(args) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(train_main(entry="train_async", loop=train_async))
+    sys.exit(train_main(entry="train_async", loop=train_async, early_ray=True))

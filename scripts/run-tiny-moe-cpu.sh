@@ -37,6 +37,9 @@
 # old metrics.jsonl is kept beside it), or give another SLIME_RUN_DIR. While a run uses RUN_DIR, a
 # second launch with the same folder is refused (docs/preflight.md).
 set -euo pipefail
+# the start-up profile's zero (slime.utils.startup_profile: "startup +Ns <stage>" log lines)
+SLIME_START_TIME=${SLIME_START_TIME:-$(date +%s.%N)}
+export SLIME_START_TIME
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
 REPO_DIR="$(cd -- "${SCRIPT_DIR}/.." &>/dev/null && pwd)"

@@ -12,8 +12,9 @@
 # Secrets (WANDB_API_KEY) are never put in the runtime env or on a command line, which Ray records
 # and ps shows: the job's driver inherits the environment of the Ray head (`ray start` below), so
 # export them before this runs; a Ray already running must have been started with them.
-# The Ray head started here: dashboard on 127.0.0.1 (the job is submitted through it), no
-# Prometheus exporter (RAY_enable_metrics_collection=0: it would listen on every interface without
+# The Ray head started here: on one node (MASTER_ADDR unset) all of Ray's servers on loopback
+# (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which the job's driver inherits), dashboard on 127.0.0.1
+# (the job is submitted through it), no Prometheus exporter (RAY_enable_metrics_collection=0: it would listen on every interface without
 # authentication; the job reads no Ray metrics), and its token file readable by its owner only
 # (Ray writes ~/.ray/auth_token 0644; whoever reads it joins the cluster). See docs/security.md.
 
@@ -45,6 +46,14 @@ run_train_job() {
       fi
    done
 
+   # Ray 2.60's `ray start` turns token authentication on, but its CLI sends the token only under
+   # RAY_AUTH_MODE=token: without it `ray status` fails (and a running Ray looks absent) and
+   # `ray job submit` answers "Missing authentication token".
+   export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+   # One node (no MASTER_ADDR): Ray's single-machine mode keeps 127.0.0.1 as the node's address, so
+   # all of Ray's servers bind loopback (else Ray takes the node's IP and every interface); every
+   # Ray command here needs it (else it, too, takes 127.0.0.1 for the node's IP).
+   if [ -z "${MASTER_ADDR:-}" ]; then export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0; fi
    RAY_STARTED=0
    trap '[ "${RAY_STARTED}" = "1" ] && ray stop' EXIT
    if ! ray status --address "${MASTER_ADDR:-127.0.0.1}:6379" &>/dev/null; then

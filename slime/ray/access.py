@@ -1,10 +1,10 @@
 """Where the job's servers listen and whom they accept, decided once per job from Ray's view.
 
 Owns `bind_host` (loopback when the Ray cluster is one node: nothing outside it needs to reach the
-engines or the router), `job_weight_dirs` (the folders `/update_weights_from_disk` may load from)
+engines), `ROUTER_HOST` (the job's router: loopback on any cluster), `job_weight_dirs` (the folders `/update_weights_from_disk` may load from)
 `trainer_hosts` (the addresses a weight-update rendezvous may point at), and Ray's own exposure:
-`private_ray_token` (Ray's cluster token file readable by its owner only) and `LOCAL_RAY_ENV`
-(what a job-local Ray is started without). The key itself is `slime.utils.security`'s; see
+`private_ray_token` (Ray's cluster token file readable by its owner only) and
+`prepare_local_ray` (a job-local Ray on loopback, without metrics exporter). The key itself is `slime.utils.security`'s; see
 docs/security.md for the whole picture.
 """
 
@@ -16,11 +16,25 @@ import stat
 from pathlib import Path
 
 import ray
+from ray._private import ray_constants
 
 LOOPBACK = "127.0.0.1"
-# A job-local Ray without its Prometheus exporter (the dashboard agent serves it on every interface,
-# unauthenticated; the job reads no Ray metrics). Ray's dashboard is off too (`include_dashboard`).
-LOCAL_RAY_ENV = {"RAY_enable_metrics_collection": "0"}
+# The address the job's own router binds, on any cluster: every client of it (the RolloutManager's
+# registrations, the rollout and eval functions) runs in the RolloutManager's process, whose child
+# the router is, and the router only connects out to the engines. sglang-router 0.3.2 serves a few
+# routes without the key whatever its flags (docs/security.md); on loopback only users of that node
+# reach them, as on a one-node job. A client on another node needs a router of its own
+# (`router_main` on the node's address, named with --sglang-router-ip/--sglang-router-port).
+ROUTER_HOST = LOOPBACK
+# A job-local Ray (one node by construction):
+# - without its Prometheus exporter (the dashboard agent serves it on every interface,
+#   unauthenticated; the job reads no Ray metrics); Ray's dashboard is off too (`include_dashboard`);
+# - on loopback: Ray 2.60 takes the node's IP for `127.0.0.1` (`_node_ip_address` included) and its
+#   gRPC servers then listen on every interface, unless Ray's single-machine mode is on (the
+#   default on macOS and Windows, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`): the node's address is
+#   then 127.0.0.1, which Ray's servers (GCS, raylet, every worker's core worker, the agents) bind
+#   alone, and no other node can join.
+LOCAL_RAY_ENV = {"RAY_enable_metrics_collection": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 RAY_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 # Flags naming the job's own folders (weights in, checkpoints out, metrics and logs).
 WEIGHT_DIR_FLAGS = ("hf_checkpoint", "load", "save", "save_hf", "ref_load", "metrics_dir")
@@ -35,6 +49,16 @@ def bind_host() -> str:
     """The address the job's servers on this node bind: LOOPBACK on a one-node cluster, else the
     node's IP (other nodes' trainers and the router must reach it)."""
     return LOOPBACK if single_node() else ray.util.get_node_ip_address()
+
+
+def prepare_local_ray() -> None:
+    """Settings for a job-local Ray, before `ray.init` starts it: `LOCAL_RAY_ENV` into this
+    process's environment (Ray's processes and the job's workers inherit it) and Ray's
+    single-machine switch into this process's Ray, which read its environment variable when `ray`
+    was imported (`ray_constants.ENABLE_RAY_CLUSTER`, consulted by `ray.init` for the node's
+    address), before any flag of the job was known."""
+    os.environ.update(LOCAL_RAY_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def job_weight_dirs(args) -> tuple[str, ...]:

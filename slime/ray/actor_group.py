@@ -121,11 +121,17 @@ class TrainActor:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         from slime.backends.megatron_utils.parallel import initialize_megatron
         from slime.utils.misc import load_function
+        from slime.utils.startup_profile import mark
 
+        mark(f"{tag} {self.rank}: imports done")
         initialize_megatron(args, rank=self.rank, world_size=self.world_size,
                             master_addr=master_addr, master_port=master_port)
+        mark(f"{tag} {self.rank}: megatron initialized")
         self.trainer = load_function(TRAINER_CLASSES[self.role])(args)
-        return self.trainer.load_initial_state()
+        mark(f"{tag} {self.rank}: model and optimizer built")
+        start = self.trainer.load_initial_state()
+        mark(f"{tag} {self.rank}: checkpoint loaded")
+        return start
 
     def call(self, method: str, *args, **kwargs):
         """Run `MegatronTrainer.<method>` on this rank."""

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import ray
 
-from slime.ray.access import LOCAL_RAY_ENV, private_ray_token
+from slime.ray.access import prepare_local_ray, private_ray_token
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.placement import JobPlacement, PlacementPlan, create_placement
 from slime.utils.arguments.eval import evaluates
 from slime.utils.failure import root_cause
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
+from slime.utils.startup_profile import mark
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,8 @@ def start_ray(args) -> str | None:
     API key (`$SLIME_API_KEY`, see `slime.utils.security.ensure_job_api_key`) travels the same
     way: a local Ray's workers inherit this process's environment; on a cluster both go in the
     job's runtime env (which Ray records: see docs/security.md). Ray's token file is made
-    readable by its owner only, and a local Ray runs without dashboard and metrics exporter
-    (`slime.ray.access`)."""
+    readable by its owner only, and a local Ray runs on loopback, without dashboard and metrics
+    exporter (`slime.ray.access.prepare_local_ray`)."""
     if ray.is_initialized():
         return None
     token = os.environ[JOB_TOKEN_ENV] = uuid.uuid4().hex
@@ -65,7 +66,7 @@ def start_ray(args) -> str | None:
                  runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
         return token
     plan = PlacementPlan.from_args(args)
-    os.environ.update(LOCAL_RAY_ENV)
+    prepare_local_ray()
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
     return token
 
@@ -104,18 +105,49 @@ def stop_job_processes(token: str) -> list[int]:
     return pids
 
 
+class RayStart:
+    """Ray started before the job's scope, so that it overlaps the driver's own work before the job
+    (train.py runs megatron-core's config check, which imports megatron, in a thread meanwhile).
+
+    `with RayStart(args) as early:` ... `JobScope(args, early)` takes the started Ray over (and
+    stops it when the job ends); leaving the block without handing it over (a refusal, an error)
+    stops Ray and the processes it started. Ray starts in the calling thread, never in a helper
+    thread: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), and ray.init
+    sets its SIGTERM handler from the main thread only."""
+
+    def __init__(self, args):
+        self._token = start_ray(args)
+        self._handed_over = False
+
+    def token(self) -> str | None:
+        """The job token (as `start_ray` returns it); the JobScope owns Ray from now on."""
+        self._handed_over = True
+        return self._token
+
+    def __enter__(self) -> "RayStart":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._handed_over and self._token is not None:
+            ray.shutdown()
+            stop_job_processes(self._token)
+
+
 class JobScope:
     """`with JobScope(args) as job:` -- Ray, placement, and everything the job starts.
 
     `job.start(RolloutSide)` / `job.start(ActorSide)` build a side on the placement and
     `job.metrics_logger(total)` the sinks; all are stopped on exit, each even when another
-    fails to stop, in reverse order of start."""
+    fails to stop, in reverse order of start. `early`: a `RayStart` already under way (else Ray
+    starts here)."""
 
-    def __init__(self, args):
+    def __init__(self, args, early: RayStart | None = None):
         self.args = args
         self._stoppers: list = []
-        self.token = start_ray(args)
+        self.token = early.token() if early is not None else start_ray(args)
+        mark("ray started")
         self.placement = place(args)
+        mark("placement ready")
 
     def start(self, side_cls):
         """`side_cls(args, placement)` (RolloutSide or ActorSide), shut down when the job ends."""

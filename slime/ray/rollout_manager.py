@@ -24,12 +24,13 @@ import ray
 import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
-from slime.ray.access import bind_host
+from slime.ray.access import ROUTER_HOST
 from slime.ray.engines import create_engine_actor, create_engines
 from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
 from slime.utils.engine_client import SyncEngineClient
 from slime.utils.misc import load_function
+from slime.utils.startup_profile import mark
 from slime.utils.plugins import (
     call_convert_samples_to_train_data,
     call_reward_post_process,
@@ -160,8 +161,11 @@ class RolloutManager:
         self.kind, self.engines, self.positions, self.urls, self.router = None, [], [], [], None
         if not args.debug_train_only:  # --debug-train-only replays recorded rollouts: no engines
             self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
-            self.urls = ray.get([e.start.remote() for e in self.engines])
-            self.router = self._start_router(args)
+            starting = [e.start.remote() for e in self.engines]
+            self.router = self._start_router(args)  # while the engines start
+            mark("router up")
+            self.urls = ray.get(starting)
+            mark("engines up")
             for url in self.urls:
                 add_worker(self.router_url, url)
         self._lock = threading.Lock()  # guards self.urls
@@ -177,7 +181,7 @@ class RolloutManager:
             self.router_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
             logger.info("using the existing router at %s", self.router_url)
             return None
-        host = bind_host()  # loopback on a one-node cluster
+        host = ROUTER_HOST  # loopback on any cluster: its clients are all in this process
         port = free_port(host)
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
                                extra=router_extra_args(args)).start()

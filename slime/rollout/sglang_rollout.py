@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slime.rollout.direct_engines import DirectEngines
+from slime.rollout.opd_teacher import fetch_teacher_log_probs, needs_teacher
 from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
 from slime.rollout.rm_hub import async_rm, batched_async_rm
 from slime.rollout.router_requests import send_generate, router_client
@@ -54,6 +55,7 @@ class RolloutContext:
     custom_generate: Callable | None = None
     sample_hooks: list[Callable] = field(default_factory=list)
     direct: DirectEngines | None = None  # R3 requests bypass the router (direct_engines.py)
+    teacher: EngineClient | None = None  # --use-opd --opd-type sglang: the teacher's server (opd_teacher.py)
 
     @property
     def tokenizer(self):
@@ -78,6 +80,8 @@ class RolloutContext:
     async def __aexit__(self, *exc) -> None:
         if self.direct is not None:
             await self.direct.close()
+        if self.teacher is not None:
+            await self.teacher.close()
         await self.client.close()
 
     async def generate_client(self, payload: dict) -> EngineClient:
@@ -97,7 +101,15 @@ class RolloutContext:
             state=GenerateState(args),
             custom_generate=_maybe_load(args.custom_generate_function_path),
             sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
+            teacher=_teacher_client(args),
         )
+
+
+def _teacher_client(args) -> EngineClient | None:
+    if not (getattr(args, "use_opd", False) and args.opd_type == "sglang"):
+        return None
+    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
+    return EngineClient(args.opd_teacher_url, timeout=float(timeout))
 
 
 def sample_seed(args, rollout_id, sample: Sample) -> int:
@@ -155,8 +167,9 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
 
 
 async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):
-    """Generate one sample (custom generate function if set), run sample hooks, and reward it
-    unless `--group-rm` rewards the whole group or the generator already set a reward.
+    """Generate one sample (custom generate function if set), run sample hooks, fetch the teacher's
+    log-probs of each finished train sample (`--use-opd --opd-type sglang`, `opd_teacher.py`), and
+    reward it unless `--group-rm` rewards the whole group or the generator already set a reward.
 
     Returns a list of Samples. Called as slime does, `generate_and_rm(args, sample, params,
     evaluation=False)`, it runs in a short-lived context and returns a Sample (or the list a
@@ -180,6 +193,8 @@ async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation
         for hook in ctx.sample_hooks:
             s = await call_sample_hook(hook, args, s, rollout_id=ctx.rollout_id, evaluation=evaluation)
         samples[i] = s
+        if needs_teacher(args, s, evaluation):  # on-policy distillation: the teacher scores the response
+            await fetch_teacher_log_probs(args, s, ctx.teacher)
     if not args.group_rm:
         for s in samples:
             if s.reward is None and s.status != Sample.Status.ABORTED:

@@ -5,6 +5,8 @@ reinforce_plus_plus_baseline, ppo) and the group normalisation of rewards that G
 estimators apply before it. Inputs are per-sample lists of per-token tensors over response tokens
 only; the math itself lives in `slime.utils.ppo_utils`. Whitening is split into a moments helper
 (sums and a count) and an apply step, so a data-parallel caller all-reduces the moments in between.
+On-policy distillation (`--use-opd`) adds the teacher's per-token signal to the advantages
+(`apply_opd_advantages`).
 """
 
 from __future__ import annotations
@@ -235,3 +237,47 @@ def advantage_options_from_args(args) -> dict:
         "lambd": args.lambd,
         "normalize_advantages": args.normalize_advantages,
     }
+
+
+# ---- on-policy distillation (--use-opd) -----------------------------------------------------------
+def opd_reverse_kl(log_probs: list[torch.Tensor], teacher_log_probs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-token reverse KL estimate of on-policy distillation, student log-prob minus teacher
+    log-prob of each sampled response token (the sample's own estimate of KL(student || teacher)).
+    Per-sample lists of [response_len_i] tensors in and out (float32); lengths must agree."""
+    if len(log_probs) != len(teacher_log_probs):
+        raise ValueError(f"{len(log_probs)} samples of student log-probs but {len(teacher_log_probs)} of teacher "
+                         "log-probs")
+    out = []
+    for i, (student, teacher) in enumerate(zip(log_probs, teacher_log_probs)):
+        student, teacher = torch.as_tensor(student).float(), torch.as_tensor(teacher).float()
+        if student.shape != teacher.shape:
+            raise ValueError(f"sample {i}: student log-probs {tuple(student.shape)} and teacher log-probs "
+                             f"{tuple(teacher.shape)} differ (the teacher must score every response token)")
+        out.append(student - teacher.to(student.device))
+    return out
+
+
+def apply_opd_advantages(advantages: list[torch.Tensor], log_probs: list[torch.Tensor],
+                         teacher_log_probs: list[torch.Tensor], kl_coef: float) -> list[torch.Tensor]:
+    """Advantages with the distillation term: advantage - kl_coef * (student - teacher log-prob)
+    per response token, i.e. the task advantage plus kl_coef times the teacher's log-prob gain
+    over the student. Per-sample [response_len_i] tensors; returns new tensors (inputs untouched)."""
+    if len(advantages) != len(log_probs):
+        raise ValueError(f"{len(advantages)} samples of advantages but {len(log_probs)} of log-probs")
+    kls = opd_reverse_kl(log_probs, teacher_log_probs)
+    out = []
+    for i, (adv, kl) in enumerate(zip(advantages, kls)):
+        adv = torch.as_tensor(adv).float()
+        if adv.shape != kl.shape:
+            raise ValueError(f"sample {i}: advantages {tuple(adv.shape)} and log-probs {tuple(kl.shape)} differ")
+        out.append(adv - kl_coef * kl.to(adv.device))
+    return out
+
+
+def masked_mean_kl(kls: list[torch.Tensor], loss_masks: list[torch.Tensor]) -> torch.Tensor:
+    """[sum(kl * mask), sum(mask)] in float64 (all-reduce it, then divide): the token mean of the
+    reverse KL over trainable tokens."""
+    if not kls:
+        return torch.zeros(2, dtype=torch.float64)
+    kl, mask = torch.cat([k.double() for k in kls]), torch.cat([torch.as_tensor(m).double() for m in loss_masks])
+    return torch.stack([(kl * mask).sum(), mask.sum()])

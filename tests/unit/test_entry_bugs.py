@@ -25,7 +25,7 @@ class _Stop(Exception):
 class _FakeScope:
     seen: dict = {}
 
-    def __init__(self, args):
+    def __init__(self, args, early=None):
         self.args = args
 
     def __enter__(self):
@@ -47,6 +47,25 @@ def test_num_epoch_is_resolved_before_the_actor_starts(monkeypatch):
     with pytest.raises(_Stop):
         train.train(args)
     assert _FakeScope.seen["num_rollout_at_actor_start"] == 12
+
+
+def test_trainer_starts_while_the_engines_start(monkeypatch):
+    """With --num-rollout given, train.py starts the trainer ranks without waiting for the rollout
+    manager (whose constructor starts the engines and the router): the two start-ups overlap."""
+    def not_now():
+        raise AssertionError("asked the rollout manager before starting the trainer")
+
+    class Scope(_FakeScope):
+        def start(self, side):
+            if side is job.ActorSide:
+                _FakeScope.seen["actor_started"] = True
+                raise _Stop
+            return SimpleNamespace(num_rollout=not_now)
+
+    monkeypatch.setattr(job, "JobScope", Scope)
+    with pytest.raises(_Stop):
+        train.train(argparse.Namespace(num_rollout=5, num_epoch=None))
+    assert _FakeScope.seen["actor_started"]
 
 
 def _schedule_args(**kw):

@@ -62,12 +62,15 @@ def main(argv=None) -> None:
 
     from slime.backends.local_engine.engine import Engine, EngineConfig
     from slime.backends.local_engine.server import build_app
+    from slime.utils.startup_profile import mark
 
+    mark("local engine: imports done")
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = EngineConfig(**{k: v for k, v in vars(args).items() if k != "log_level" and k not in GUARD_FLAGS})
     engine = Engine(config)
     engine.start()
+    mark("local engine: model loaded")
     try:
         uvicorn.run(build_app(engine, build_guard(args)), host=args.host, port=args.port, log_level="warning")
     finally:

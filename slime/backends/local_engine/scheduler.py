@@ -264,13 +264,16 @@ class Scheduler:
         self._accept_tokens(out.logits[:, -1], reqs)
 
     def _input_logprobs(self, req: Request) -> None:
-        """Prompt token logprobs (SGLang's input_token_logprobs; the first token has none)."""
+        """Prompt token logprobs from `logprob_start_len` on (SGLang's input_token_logprobs). As in
+        SGLang 0.5.23 (`SchedulerLogprobResultProcessor._process_input_token_logprobs`), the entry
+        at `logprob_start_len` itself carries None (only later positions are scored), whatever
+        the start."""
         ids = torch.tensor([req.prompt_ids], device=self._device())
         logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
         temperature = req.params.temperature if req.params.temperature > 0 else 1.0
         logp = torch.log_softmax(logits / temperature, dim=-1).gather(1, ids[0, 1:, None])[:, 0].tolist()
         entries = [[None, req.prompt_ids[0]]] + [[lp, tok] for lp, tok in zip(logp, req.prompt_ids[1:])]
-        req.input_logprobs = entries[req.logprob_start_len :]
+        req.input_logprobs = [[None, entries[req.logprob_start_len][1]]] + entries[req.logprob_start_len + 1 :]
 
     def _decode_step(self) -> None:
         reqs = list(self._running)

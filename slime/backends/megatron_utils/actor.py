@@ -16,7 +16,7 @@ from functools import partial
 
 import torch
 
-from slime.backends.megatron_utils import advantage_data, collectives, routing_replay
+from slime.backends.megatron_utils import advantage_data, collectives, opd, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
@@ -37,6 +37,7 @@ class MegatronTrainer(DataSplitMixin):
 
     _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
     _host_reference = None  # reference.HostReference once the reference model's weights moved to the host
+    _host_teacher = None  # --opd-type megatron: the teacher's weights on the host (loaded in load_initial_state)
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -97,8 +98,9 @@ class MegatronTrainer(DataSplitMixin):
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
         and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
-        pass that runs: store_prefix "" (old policy) or "ref_" (the actor's chunks holding the reference
-        weights, swapped in from the host)."""
+        pass that runs: store_prefix "" (old policy), "ref_" (the actor's chunks holding the reference
+        weights, swapped in from the host) or "teacher_" (--opd-type megatron: the teacher's weights
+        swapped in the same way; its log-probs go to `teacher_log_probs`)."""
         n = len(rollout_data["tokens"])
         routing = routing_replay.old_policy_routing(self.args, rollout_data)
         old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
@@ -118,6 +120,12 @@ class MegatronTrainer(DataSplitMixin):
             got = self.compute_reference_log_prob(rollout_data, mine, micro_batches=mbs)
             if got is not None:
                 rollout_data["ref_log_probs"] = [got["log_probs"].get(i) for i in range(n)]
+        if self._host_teacher is not None:
+            with self._host_teacher.swapped_into(self.state.model[0]):
+                self._before_log_prob("teacher_", self.state.model)
+                got = self.compute_log_prob(rollout_data, mine, micro_batches=mbs)
+            if got is not None:
+                rollout_data[opd.TEACHER_KEY] = [got["log_probs"].get(i) for i in range(n)]
 
     @property
     def has_reference(self) -> bool:
@@ -152,13 +160,16 @@ class MegatronTrainer(DataSplitMixin):
         """Per-sample advantages/returns for `mine` (last pipeline stage: the only one that
         computes the loss). `--custom-advantage-function-path` replaces the estimator;
         `--normalize-advantages` then whitens the advantages (the estimator's or the plugin's)
-        over the data-parallel batch. `--disable-compute-advantages-and-returns`: none."""
+        over the data-parallel batch. `--use-opd` subtracts `--opd-kl-coef` times the per-token
+        reverse KL to the teacher before the whitening. `--disable-compute-advantages-and-returns`: none."""
         if not _mpu().is_pipeline_last_stage() or self.args.disable_compute_advantages_and_returns:
             return
         if self.args.custom_advantage_function_path:
             call_custom_advantage(load_function(self.args.custom_advantage_function_path), self.args, rollout_data)
         else:
             self._estimate_advantages(rollout_data, mine)
+        if self.args.use_opd:
+            opd.add_distillation(rollout_data, mine, self.args.opd_kl_coef)
         if self.args.normalize_advantages:
             advantage_data.whiten_advantages(rollout_data, mine, _mpu().get_data_parallel_group())
 
@@ -208,6 +219,7 @@ class MegatronTrainer(DataSplitMixin):
         mine = sorted(i for step in steps for i in step)
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
+        opd_metrics = self._opd_metrics(rollout_data, mine) if self.args.use_opd else {}
         if self.args.advantage_estimator == "ppo" and self.args.kl_coef != 0:  # for the critic's returns
             from slime.backends.megatron_utils.critic import local_kl_inputs
 
@@ -219,7 +231,8 @@ class MegatronTrainer(DataSplitMixin):
         self._rollout_first_step = self.step_id  # the before-train-step hook counts steps within the rollout
         per_step = [self._train_one_step(rollout_id, rollout_data, step) for step in steps]
         metrics = {k: sum(m[k] for m in per_step) / len(per_step) for k in per_step[0]}
-        metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy forward passes
+        metrics.update(opd_metrics)
+        metrics["perf/log_probs_time"] = log_probs_seconds  # ref / old-policy / teacher forward passes
         tokens = collectives.device_tensor(float(sum(len(rollout_data["tokens"][i]) for i in mine)))
         tokens = float(collectives.all_reduce(tokens, group=_mpu().get_data_parallel_group()))
         seconds = time.monotonic() - start
@@ -229,6 +242,12 @@ class MegatronTrainer(DataSplitMixin):
         if interval and self.has_reference and (rollout_id + 1) % interval == 0:
             self.update_reference_model()
         return metrics
+
+    def _opd_metrics(self, rollout_data: dict, mine: list[int]) -> dict[str, float]:
+        mpu = _mpu()
+        return opd.reverse_kl_metric(rollout_data, mine, mpu.is_pipeline_last_stage(),
+                                     mpu.get_data_parallel_group(), mpu.get_pipeline_model_parallel_group(),
+                                     mpu.get_pipeline_model_parallel_last_rank())
 
     def update_reference_model(self) -> None:
         """The reference takes the actor's current weights (`--ref-update-interval`, after the steps
@@ -294,6 +313,8 @@ class MegatronTrainer(DataSplitMixin):
         from slime.backends.megatron_utils import checkpoint
 
         start, common = checkpoint.load_initial_state(self.args, self.state, self.ref_model)
+        if self.args.use_opd and self.args.opd_type == "megatron":
+            self._host_teacher = opd.load_host_teacher(self.args, partial(build_reference_model, self.args))
         if self.has_reference:
             self.host_reference()  # loaded: its weights go to the host, the device copy is freed
         self.step_id = int(common.get("step_id", 0))

@@ -21,7 +21,7 @@ import importlib.util
 import re
 
 from slime.backends.megatron_utils import config as cfg
-from slime.backends.megatron_utils.config import Kernels
+from slime.backends.megatron_utils.kernels import Kernels
 
 # The Transformer Engine version megatron-core's checks are answered with when the dry run builds
 # the GPU run's configs on a machine without TE (docs/gpu-guide.md installs a current 2.x release).

@@ -25,6 +25,7 @@ from slime.utils.arguments import (
     features,
     logger as logger_domain,
     megatron,
+    opd,
     rollout,
     sglang,
 )
@@ -40,7 +41,7 @@ __all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_des
 log = logging.getLogger(__name__)
 
 DOMAINS: tuple[ModuleType, ...] = (
-    debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, critic, checkpoint, logger_domain,
+    debug, cluster, megatron, features, data, rollout, eval_domain, algorithm, opd, critic, checkpoint, logger_domain,
     sglang, custom_config,
 )
 ENTRIES = ("train", "train_async")

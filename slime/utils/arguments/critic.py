@@ -49,7 +49,7 @@ def critic_world_size(args: argparse.Namespace) -> int:
 def critic_view(args: argparse.Namespace) -> argparse.Namespace:
     """The flags as the critic's ranks see them: its nodes, GPUs, lr, warm-up and checkpoint
     folders in the actor's places; its own output layer (untied); no HF export, no reference
-    model, no train-step hook or custom loss (those are the actor's)."""
+    model, no train-step hook or custom loss, no distillation teacher (those are the actor's)."""
     view = argparse.Namespace(**vars(args))
     view.actor_num_nodes, view.actor_num_gpus_per_node = args.critic_num_nodes, args.critic_num_gpus_per_node
     view.lr, view.lr_warmup_iters, view.lr_warmup_fraction = args.critic_lr, args.critic_lr_warmup_iters, None
@@ -61,6 +61,7 @@ def critic_view(args: argparse.Namespace) -> argparse.Namespace:
     view.custom_megatron_before_train_step_hook_path = None
     view.rollout_data_postprocess_path = None
     view.custom_advantage_function_path = None
+    view.use_opd, view.opd_type = False, None
     return view
 
 

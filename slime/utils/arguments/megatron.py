@@ -168,7 +168,7 @@ def _add_plugins(group) -> None:
     add("--custom-megatron-before-train-step-hook-path", type=str, default=None,
         help="fn(args, rollout_id, step_id, model, optimizer, opt_param_scheduler) before each step.")
     add("--custom-megatron-before-log-prob-hook-path", type=str, default=None,
-        help="fn(args, model, store_prefix) before each log-prob pass ('' old policy, 'ref_' reference).")
+        help="fn(args, model, store_prefix) before each log-prob pass ('' old policy, 'ref_' reference, 'teacher_' --opd-type megatron teacher).")
     add("--custom-update-weight-post-write-path", type=str, default=None,
         help="hook(args, version_dir, rollout_engines) after a disk weight write, before the engines load it.")
 

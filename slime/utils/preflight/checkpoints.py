@@ -1,6 +1,6 @@
-"""Checkpoint headers read: `--load`, `--ref-load` and `--critic-load`, where they hold a tracker,
-name an iteration whose folder exists and whose metadata parses (Megatron torch_dist). Only the
-small header files are read."""
+"""Checkpoint headers read: `--load`, `--ref-load`, `--critic-load` and `--opd-teacher-load`, where
+they hold a tracker, name an iteration whose folder exists and whose metadata parses (Megatron
+torch_dist). Only the small header files are read."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from slime.utils.preflight.report import Report
 
 TRACKER = "latest_checkpointed_iteration.txt"
-FLAGS = (("--load", "load"), ("--ref-load", "ref_load"), ("--critic-load", "critic_load"))
+FLAGS = (("--load", "load"), ("--ref-load", "ref_load"), ("--critic-load", "critic_load"),
+         ("--opd-teacher-load", "opd_teacher_load"))
 
 
 def iteration_dir(folder: Path, tracker_text: str) -> Path:

@@ -174,3 +174,26 @@ def test_a_misspelt_field_is_caught():
     with pytest.raises(AssertionError, match="flush_caches"):
         parse("UpdateWeightsFromDistributedReqInput",
               {"names": [], "dtypes": [], "shapes": [], "flush_caches": False})
+
+
+def test_opd_teacher_request_parses_and_passes_the_contract(sglang_version):
+    """On-policy distillation's teacher body (`opd_teacher.teacher_request`): prompt + response fed
+    with max_new_tokens 0, return_logprob and logprob_start_len one before the response, as
+    SGLang's GenerateReqInput and SamplingParams take them (and 0.5.23's JSON contract gate)."""
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from slime.rollout.opd_teacher import teacher_request
+    from slime.utils.types import Sample
+
+    body = teacher_request(Sample(index=0, tokens=[5, 6, 7, 8, 9], response_length=2))
+    obj = parse("GenerateReqInput", body)
+    assert obj.input_ids == [5, 6, 7, 8, 9] and obj.return_logprob is True and obj.logprob_start_len == 2
+    sampling = SamplingParams(**obj.sampling_params)
+    sampling.normalize(_Tokenizer())
+    sampling.verify(1000)
+    assert sampling.max_new_tokens == 0 and sampling.temperature == 1.0
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        return  # 0.5.15.post1: no contract gate
+    assert generate_contract_error(json.loads(json.dumps(body))) is None

@@ -1,6 +1,9 @@
 """What the job's engines accept: the folders of its flags, its trainer's addresses (loopback on one node)."""
 
+import os
 import stat
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from slime.ray import access
@@ -19,6 +22,31 @@ def test_trainer_hosts(monkeypatch):
     assert access.trainer_hosts(placement, ()) == (access.LOOPBACK,)  # --debug-rollout-only: nobody else
     monkeypatch.setattr(access, "single_node", lambda: True)
     assert access.trainer_hosts(placement, (0,)) == ("10.0.0.2", access.LOOPBACK)
+
+
+def test_the_router_binds_loopback_on_any_cluster(monkeypatch):
+    """Every client of the job's router runs in the RolloutManager's process (the router's parent),
+    so it never listens where other hosts reach the routes sglang-router serves without the key."""
+    monkeypatch.setattr(access, "single_node", lambda: False)
+    monkeypatch.setattr(access.ray.util, "get_node_ip_address", lambda: "10.0.0.2")
+    assert access.bind_host() == "10.0.0.2"  # the engines: other nodes' trainers reach them
+    assert access.ROUTER_HOST == access.LOOPBACK
+
+
+def test_a_local_ray_keeps_loopback_as_its_node_address():
+    """Ray 2.60 swaps 127.0.0.1 for the node's IP (and its gRPC servers then listen on every
+    interface) unless its single-machine switch is on, which Ray reads when imported: as in
+    train.py, `ray` is imported before `prepare_local_ray` runs. tests/e2e/test_exposure.py sees
+    the sockets of a whole job."""
+    probe = ("import os, ray; from ray._private import services; from slime.ray import access; "
+             "before = services.get_node_ip_address(); access.prepare_local_ray(); "
+             "print(before, services.get_node_ip_address(), services.resolve_ip_for_localhost('127.0.0.1'), "
+             "os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'])")
+    env = {k: v for k, v in os.environ.items() if k not in access.LOCAL_RAY_ENV}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    before, *after = out.stdout.split()
+    assert before != access.LOOPBACK, out.stderr[-2000:]  # Ray's default: the node's IP
+    assert after == [access.LOOPBACK, access.LOOPBACK, "0"], out.stderr[-2000:]
 
 
 def test_ray_token_file_is_readable_by_its_owner_only(monkeypatch, tmp_path):

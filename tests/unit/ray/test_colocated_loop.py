@@ -90,7 +90,7 @@ def _args(**overrides):
 
 def _run(monkeypatch, args) -> list:
     calls = []
-    monkeypatch.setattr(job, "JobScope", lambda a: Job(a, calls))
+    monkeypatch.setattr(job, "JobScope", lambda a, early=None: Job(a, calls))
     monkeypatch.setattr(job.ray, "get", lambda ref, **_: ref)
     train_entry.train(args)
     return calls

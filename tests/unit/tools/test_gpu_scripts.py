@@ -122,20 +122,26 @@ def _fake_ray(tmp_path, status_rc: int) -> dict:
     bin_dir.mkdir()
     log = tmp_path / "ray.log"
     script = bin_dir / "ray"
-    script.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" >> "{log}"\necho >> "{log}"\n'
-                      f'if [ "$1" = status ]; then exit {status_rc}; fi\nexit 0\n')
+    script.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" "ENV=${{RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER-unset}},${{RAY_AUTH_MODE-unset}}" >> "{log}"\n'
+                      f'echo >> "{log}"\nif [ "$1" = status ]; then exit {status_rc}; fi\nexit 0\n')
     script.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LOG": str(log)}
 
 
-@pytest.mark.parametrize("status_rc, starts", [(1, True), (0, False)])
-def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts):
+@pytest.mark.parametrize("status_rc, starts, master", [(1, True, ""), (0, False, ""), (1, True, "10.0.0.5")])
+def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts, master):
     fake = _fake_ray(tmp_path, status_rc)
-    proc = _run(repo_root, "0.6B", {"MODEL_DIR": str(tmp_path), "PATH": fake["PATH"], "ASYNC": "1"})
+    proc = _run(repo_root, "0.6B", {"MODEL_DIR": str(tmp_path), "PATH": fake["PATH"], "ASYNC": "1",
+                                    "MASTER_ADDR": master})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     calls = [line.split("\0") for line in open(fake["LOG"]).read().split("\0\n")[:-1]]
     verbs = [c[0] for c in calls]
     assert verbs == (["status", "start", "job", "stop"] if starts else ["status", "job"])
+    # one node: Ray's servers on loopback (docs/security.md), and every Ray command in that mode
+    # (else it looks for the head at the node's IP); the CLI sends the cluster token
+    assert {c[-1] for c in calls} == {"ENV=unset,token" if master else "ENV=0,token"}
+    start = [c for c in calls if c[0] == "start"]
+    assert not start or start[0][start[0].index("--node-ip-address") + 1] == (master or "127.0.0.1")
     submit = next(c for c in calls if c[:2] == ["job", "submit"])
     cmd = submit[submit.index("--") + 1:]
     assert cmd[:4] == [sys.executable, f"{repo_root}/train_async.py", "--actor-num-nodes", "1"]

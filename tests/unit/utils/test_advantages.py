@@ -185,3 +185,42 @@ def test_advantage_options_from_args():
         "estimator": "ppo", "kl_coef": 0.1, "kl_loss_type": "k3", "gamma": 0.9, "lambd": 0.8,
         "normalize_advantages": True,
     }
+
+
+# ---- on-policy distillation ------------------------------------------------------------------
+# sample 0: student [-1.0, -2.0], teacher [-0.5, -3.0] -> reverse KL [-0.5, 1.0]
+#           advantages [0.2, 0.2], coef 0.5 -> [0.2 + 0.25, 0.2 - 0.5] = [0.45, -0.3]
+# sample 1: student [-0.1], teacher [-2.1] -> KL [2.0]; advantage [-1.0] -> -1.0 - 0.5 * 2 = [-2.0]
+def test_opd_reverse_kl_is_student_minus_teacher():
+    kl = adv.opd_reverse_kl([_t(-1.0, -2.0), _t(-0.1)], [_t(-0.5, -3.0), [-2.1]])
+    _close(kl[0], [-0.5, 1.0])
+    _close(kl[1], [2.0])
+
+
+def test_opd_advantages_subtract_the_scaled_reverse_kl():
+    advantages = [_t(0.2, 0.2), _t(-1.0)]
+    out = adv.apply_opd_advantages(advantages, [_t(-1.0, -2.0), _t(-0.1)], [_t(-0.5, -3.0), _t(-2.1)], 0.5)
+    _close(out[0], [0.45, -0.3])
+    _close(out[1], [-2.0])
+    _close(advantages[0], [0.2, 0.2])  # the inputs are left as they were
+
+
+def test_opd_with_zero_coef_keeps_the_task_advantage():
+    out = adv.apply_opd_advantages([_t(0.7, -0.3)], [_t(-1.0, -2.0)], [_t(-4.0, -0.1)], 0.0)
+    _close(out[0], [0.7, -0.3])
+
+
+def test_opd_masked_mean_kl_counts_trainable_tokens_only():
+    # KL [-0.5, 1.0] mask [1, 0] and [2.0] mask [1] -> sum -0.5 + 2.0 = 1.5 over 2 tokens
+    moments = adv.masked_mean_kl([_t(-0.5, 1.0), _t(2.0)], [_t(1, 0), _t(1)])
+    _close(moments.float(), [1.5, 2.0])
+    _close(adv.masked_mean_kl([], []).float(), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("student,teacher,match", [
+    ([_t(-1.0, -2.0)], [_t(-1.0)], "sample 0: student log-probs"),
+    ([_t(-1.0)], [_t(-1.0), _t(-1.0)], "1 samples of student log-probs but 2"),
+])
+def test_opd_misaligned_teacher_log_probs_raise(student, teacher, match):
+    with pytest.raises(ValueError, match=match):
+        adv.opd_reverse_kl(student, teacher)

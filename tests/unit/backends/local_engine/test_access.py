@@ -109,13 +109,20 @@ def test_router_requires_the_key_and_passes_it_on(guarded, monkeypatch, tmp_path
         assert requests.get(f"{router.url}/workers", timeout=30).status_code == 401
         via_router = SyncEngineClient(router.url).generate(GREEDY)  # key from $SLIME_API_KEY
         assert via_router["output_ids"] == SyncEngineClient(url).generate(GREEDY)["output_ids"]
-        # sglang-router 0.3.2 serves these without the key, whatever its flags (docs/security.md says
-        # what each shows); every other route needs it
+        # sglang-router 0.3.2 serves these without the key, whatever its flags (--control-plane-api-keys
+        # and --jwt-* guard only /workers and the like; docs/security.md says what each shows, and why
+        # the router binds loopback on any cluster); every other route needs it
         for path in ROUTER_OPEN_PATHS:
             assert requests.get(f"{router.url}{path}", timeout=30).status_code == 200, path
-        for path in ("/get_model_info", "/get_loads", "/workers", "/flush_cache", "/v1/responses/r"):
+        # the engines' /metrics relayed (the local engine serves none: 500; SGLang's is open anyway)
+        assert requests.get(f"{router.url}/engine_metrics", timeout=30).status_code != 401
+        for path in ("/get_model_info", "/get_loads", "/workers", "/flush_cache", "/v1/responses/r",
+                     "/v1/tokenizers", "/ha/status", "/wasm"):
             for headers in ({}, {"Authorization": "Bearer wrong-key"}):
                 assert requests.get(f"{router.url}{path}", headers=headers, timeout=30).status_code == 401, path
+        for path in ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/rerank",
+                     "/parse/reasoning", "/parse/function_call"):
+            assert requests.post(f"{router.url}{path}", json={}, timeout=30).status_code == 401, path
         # no wildcard CORS: a page of another origin may not read the router's answers
         evil = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
         assert "access-control-allow-origin" not in requests.options(f"{router.url}/generate", headers=evil,

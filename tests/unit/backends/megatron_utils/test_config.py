@@ -121,7 +121,7 @@ def _parse_script_args(script, extra):
 def _recipe_configs(repo_root, tmp_path, script):
     """The GPU run's three configs from ``scripts/<script>``'s flags, verbatim (Transformer Engine's
     probes answered as on the GPU machine when it is not installed here)."""
-    from slime.backends.megatron_utils.config import Kernels
+    from slime.backends.megatron_utils.kernels import Kernels
     from slime.backends.megatron_utils.config_check import transformer_engine_as_on_gpu
     from slime.utils.arguments import parse_args
     from tests.unit.tools.recipe_argv import recipe_argv
@@ -173,28 +173,28 @@ FUSIONS = ("masked_softmax_fusion", "bias_activation_fusion", "apply_rope_fusion
 
 
 def test_fusions_are_off_without_cuda_whatever_the_flags():
-    from slime.backends.megatron_utils.config import _fusion_fields
+    from slime.backends.megatron_utils.kernels import fusion_fields as _fusion_fields
 
     assert _fusion_fields(_args(TINY_DENSE, position_embedding_type="rope")) == dict.fromkeys(FUSIONS, False)
 
 
-@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "no_kernels"])
-def test_fusions_on_gpu_default_on_and_each_no_flag_turns_one_off(monkeypatch, kernels, caplog):
+@pytest.mark.parametrize("present", [True, False], ids=["kernels", "no_kernels"])
+def test_fusions_on_gpu_default_on_and_each_no_flag_turns_one_off(monkeypatch, present, caplog):
     """GPU (CUDA reported available): every fusion is on by default when its kernel package is
     installed, a missing kernel turns it off with a warning, and each --no-*-fusion turns its one off."""
-    from slime.backends.megatron_utils import config
+    from slime.backends.megatron_utils import kernels
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(config, "_kernel_available", lambda module: kernels)
+    monkeypatch.setattr(kernels, "kernel_available", lambda module: present)
     base = dict(TINY_DENSE, position_embedding_type="rope", transformer_impl="transformer_engine")
-    defaults = config._fusion_fields(_args(base))
+    defaults = kernels.fusion_fields(_args(base))
     needs_kernel = {"apply_rope_fusion", "gradient_accumulation_fusion"}
-    assert defaults == {f: kernels or f not in needs_kernel for f in FUSIONS}
-    assert ("turned off" in caplog.text) == (not kernels)
+    assert defaults == {f: present or f not in needs_kernel for f in FUSIONS}
+    assert ("turned off" in caplog.text) == (not present)
     for dest, field in (("masked_softmax_fusion", "masked_softmax_fusion"), ("bias_swiglu_fusion", "bias_activation_fusion"),
                         ("apply_rope_fusion", "apply_rope_fusion"),
                         ("gradient_accumulation_fusion", "gradient_accumulation_fusion")):
-        off = config._fusion_fields(_args(base, **{dest: False}))
+        off = kernels.fusion_fields(_args(base, **{dest: False}))
         assert off == {**defaults, field: False}, dest
 
 
@@ -259,13 +259,13 @@ def test_gradient_accumulation_fusion_needs_apex_even_with_transformer_engine(mo
     """gpu-first-contact trainer item 3: with TE but without apex's fused_weight_gradient_mlp_cuda
     the fusion is off with a warning (GPTModel's output layer, megatron's ColumnParallelLinear,
     raises at construction without that module whatever --transformer-impl)."""
-    from slime.backends.megatron_utils import config
+    from slime.backends.megatron_utils import kernels
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(config, "_kernel_available", lambda module: module == "transformer_engine")
-    fields = config._fusion_fields(_args(TINY_DENSE, position_embedding_type="rope",
+    monkeypatch.setattr(kernels, "kernel_available", lambda module: module == "transformer_engine")
+    fields = kernels.fusion_fields(_args(TINY_DENSE, position_embedding_type="rope",
                                          transformer_impl="transformer_engine"))
     assert fields["apply_rope_fusion"] and not fields["gradient_accumulation_fusion"]
     assert ("gradient_accumulation_fusion: apex's fused_weight_gradient_mlp_cuda is not installed; turned off "
             "(pass --no-gradient-accumulation-fusion to silence this)") in caplog.text
-    assert config._fusion_fields(_args(TINY_DENSE), config.Kernels.gpu_run())["gradient_accumulation_fusion"]
+    assert kernels.fusion_fields(_args(TINY_DENSE), kernels.Kernels.gpu_run())["gradient_accumulation_fusion"]

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from slime.backends.megatron_utils.config import Kernels
+from slime.backends.megatron_utils.kernels import Kernels
 from slime.backends.megatron_utils.config_check import (
     ConfigRefused,
     check_megatron_configs,

@@ -1,0 +1,55 @@
+"""tools/bench_vs_trl.py without running either trainer: flags, the TRL venv check, the per-step
+and start-up arithmetic of the summary (no timing is asserted)."""
+
+import pytest
+
+from tests.conftest import load_tool
+
+bench = load_tool("bench_vs_trl")
+
+
+def test_flags_and_extra_train_flags():
+    opts = bench.parse_args(["--short", "3", "--long", "7", "--", "--kl-loss-coef", "0.1"])
+    assert (opts.short, opts.long, opts.extra) == (3, 7, ["--kl-loss-coef", "0.1"])
+    for bad in (["--short", "5", "--long", "5"], ["--short", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+def test_missing_trl_venv_is_refused_naming_the_flag(tmp_path):
+    with pytest.raises(SystemExit, match="--trl-venv .*--install-trl"):
+        bench.trl_python(tmp_path / "no-venv", install=False)
+
+
+def test_summary_cancels_start_up():
+    """Per step = (long wall - short wall) / (long - short); start-up = first step done - one step."""
+    runs = {
+        "ours-2": {"wall": 30.0, "step_ends": [21.0, 23.0], "rewards": [0.1, 0.2]},
+        "ours-5": {"wall": 36.0, "step_ends": [22.0, 24.0, 26.5, 28.5, 30.0], "rewards": [0.1] * 5},
+        "trl-2": {"wall": 12.0, "step_ends": [9.0, 10.0], "rewards": [0.0, 0.1]},
+        "trl-5": {"wall": 15.0, "step_ends": [9.5, 10.5, 11.0, 12.0, 13.0], "rewards": [0.0] * 5},
+    }
+    result = bench.summarize(runs, 2, 5)
+    assert result["ours"]["step"] == pytest.approx(2.0) and result["trl"]["step"] == pytest.approx(1.0)
+    # start-up: first step done minus one step, the step being the median interval (2.0 and 1.0)
+    assert result["ours"]["startup"] == pytest.approx(19.0) and result["trl"]["startup"] == pytest.approx(8.0)
+    assert result["ours"]["fixed"] == pytest.approx(26.0)
+    # median of the long run's intervals after its first two steps: ours 2.5, 2.0, 1.5; TRL 0.5, 1.0, 1.0
+    assert result["ours"]["step_median"] == pytest.approx(2.0) and result["trl"]["step_median"] == pytest.approx(1.0)
+    assert result["ratio_step_median"] == pytest.approx(2.0)
+    assert result["ratio_step"] == pytest.approx(2.0) and result["ratio_startup"] == pytest.approx(19.0 / 8.0)
+    result |= {"load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 2.0, 2.0]}
+    assert "ratio ours/TRL: per step 2.00" in bench.render(result)
+
+
+def test_a_long_run_faster_than_the_short_one_is_flagged():
+    """When the load drops during the run, the difference of walls goes negative: said, not hidden."""
+    runs = {
+        "ours-2": {"wall": 40.0, "step_ends": [21.0, 23.0], "rewards": []},
+        "ours-5": {"wall": 36.0, "step_ends": [20.0, 22.0, 24.0, 26.0, 28.0], "rewards": []},
+        "trl-2": {"wall": 12.0, "step_ends": [9.0, 10.0], "rewards": []},
+        "trl-5": {"wall": 15.0, "step_ends": [9.5, 10.5, 11.5, 12.5, 13.5], "rewards": []},
+    }
+    result = bench.summarize(runs, 2, 5) | {"load_before": [9.0] * 3, "load_after": [3.0] * 3}
+    assert result["ours"]["step"] < 0 and result["ours"]["startup"] == pytest.approx(19.0)
+    assert "per-step figures by difference are meaningless" in bench.render(result)
