@@ -1,0 +1,58 @@
+"""Start a test's rank processes from one warm fork server per pytest session.
+
+`torch.multiprocessing.spawn` starts every rank as a new interpreter that imports torch,
+megatron-core and our backend again (about 5 s of CPU per rank, paid by every test that spawns).
+`spawn_ranks` has `mp.spawn`'s signature and semantics but starts the ranks with the *forkserver*
+method: a server process imports those modules once (`PRELOAD`), and each rank is a fork of it.
+
+What a rank sees is what a spawned rank sees:
+- a fresh process: the server only imports modules (megatron-core's parallel state and our CPU
+  patches are set up by the rank itself, as before; nothing is initialised at import time);
+- the parent's environment and working directory *at the call* (the server's own are those of its
+  start), restored before `fn` runs;
+- `fn` and its arguments pickled as with spawn (top-level functions only).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import torch.multiprocessing as mp
+
+# Modules every rank of the megatron tests imports; a module missing here is simply imported by
+# the rank itself, as under spawn.
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "numpy",
+    "megatron.core",
+    "megatron.core.parallel_state",
+    "megatron.core.models.gpt",
+    "megatron.core.optimizer",
+    "megatron.core.dist_checkpointing",
+    "slime.backends.megatron_utils.actor",
+    "slime.utils.arguments",
+)
+
+
+def _context():
+    ctx = multiprocessing.get_context("forkserver")
+    # takes effect when the server starts (the first call in this process); later calls are no-ops
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def _as_called(rank: int, fn, env: dict[str, str], cwd: str, args: tuple) -> None:
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    fn(rank, *args)
+
+
+def spawn_ranks(fn, args: tuple = (), nprocs: int = 1, join: bool = True):
+    """`torch.multiprocessing.spawn(fn, args, nprocs, join)` from the warm fork server:
+    `fn(rank, *args)` in `nprocs` processes; with join=False returns the ProcessContext."""
+    _context()
+    return mp.start_processes(_as_called, args=(fn, dict(os.environ), os.getcwd(), tuple(args)),
+                              nprocs=nprocs, join=join, start_method="forkserver")
