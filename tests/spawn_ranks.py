@@ -8,8 +8,9 @@ method: a server process imports those modules once (`PRELOAD`), and each rank i
 What a rank sees is what a spawned rank sees:
 - a fresh process: the server only imports modules (megatron-core's parallel state and our CPU
   patches are set up by the rank itself, as before; nothing is initialised at import time);
-- the parent's environment and working directory *at the call* (the server's own are those of its
-  start), restored before `fn` runs;
+- the parent's environment, working directory, stdout and stderr *at the call* (the server's own
+  are those of its start; pytest captures each test's output on descriptors 1 and 2), restored
+  before `fn` runs;
 - `fn` and its arguments pickled as with spawn (top-level functions only).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from multiprocessing import reduction
 
 import torch.multiprocessing as mp
 
@@ -43,7 +45,24 @@ def _context():
     return ctx
 
 
-def _as_called(rank: int, fn, env: dict[str, str], cwd: str, args: tuple) -> None:
+class _Descriptor:
+    """A descriptor of the caller, duplicated into the rank when the rank's arguments unpickle."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherited, (reduction.DupFd(self.fd),)  # called while the rank starts
+
+
+def _inherited(dup) -> int:
+    return dup.detach()
+
+
+def _as_called(rank: int, fn, env: dict[str, str], cwd: str, out: int, err: int, args: tuple) -> None:
+    for fd, target in ((out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -54,5 +73,5 @@ def spawn_ranks(fn, args: tuple = (), nprocs: int = 1, join: bool = True):
     """`torch.multiprocessing.spawn(fn, args, nprocs, join)` from the warm fork server:
     `fn(rank, *args)` in `nprocs` processes; with join=False returns the ProcessContext."""
     _context()
-    return mp.start_processes(_as_called, args=(fn, dict(os.environ), os.getcwd(), tuple(args)),
-                              nprocs=nprocs, join=join, start_method="forkserver")
+    call = (fn, dict(os.environ), os.getcwd(), _Descriptor(1), _Descriptor(2), tuple(args))
+    return mp.start_processes(_as_called, args=call, nprocs=nprocs, join=join, start_method="forkserver")
