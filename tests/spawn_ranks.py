@@ -12,6 +12,9 @@ What a rank sees is what a spawned rank sees:
   are those of its start; pytest captures each test's output on descriptors 1 and 2), restored
   before `fn` runs;
 - `fn` and its arguments pickled as with spawn (top-level functions only).
+
+On a machine with CUDA the ranks are spawned as before: a process that has asked the driver for
+its devices (megatron-core does at import) must not be forked for ranks that use them.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ def _inherited(dup) -> int:
 
 def _as_called(rank: int, fn, env: dict[str, str], cwd: str, out: int, err: int, args: tuple) -> None:
     for fd, target in ((out, 1), (err, 2)):
-        os.dup2(fd, target)
-        os.close(fd)
+        if fd != target:  # spawn passes the descriptor under its own number
+            os.dup2(fd, target)
+            os.close(fd)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -72,6 +76,10 @@ def _as_called(rank: int, fn, env: dict[str, str], cwd: str, out: int, err: int,
 def spawn_ranks(fn, args: tuple = (), nprocs: int = 1, join: bool = True):
     """`torch.multiprocessing.spawn(fn, args, nprocs, join)` from the warm fork server:
     `fn(rank, *args)` in `nprocs` processes; with join=False returns the ProcessContext."""
-    _context()
+    import torch
+
+    method = "spawn" if torch.cuda.is_available() else "forkserver"
+    if method == "forkserver":
+        _context()
     call = (fn, dict(os.environ), os.getcwd(), _Descriptor(1), _Descriptor(2), tuple(args))
-    return mp.start_processes(_as_called, args=call, nprocs=nprocs, join=join, start_method="forkserver")
+    return mp.start_processes(_as_called, args=call, nprocs=nprocs, join=join, start_method=method)
