@@ -1,9 +1,10 @@
-"""Shared pytest fixtures: the repository root, tiny Qwen3 / DeepSeek-V3 / GLM-4.5 checkpoints and the toy
-task data.
+"""Shared pytest fixtures: the repository root, tiny Qwen3 / DeepSeek-V3 / GLM-4.5 checkpoints (the
+tiny MoE also as torch_dist) and the toy task data.
 
 The checkpoints and data are built once per session by the functions in tools/make_tiny_model.py
-and tools/make_toy_data.py (loaded by file path: tools/ is not a package). Treat the returned
-folders as read-only; copy them before changing anything.
+and tools/make_toy_data.py (loaded by file path: tools/ is not a package), the torch_dist copy by
+tools/convert_hf_to_torch_dist.py. Treat the returned folders as read-only; copy them before
+changing anything.
 """
 
 import importlib.util
@@ -34,6 +35,15 @@ def tiny_moe_hf(tmp_path_factory) -> Path:
     """Path of a tiny Qwen3MoeForCausalLM Hugging Face checkpoint (seed 0), made once a session."""
     out = tmp_path_factory.mktemp("tiny_moe_hf")
     return load_tool("make_tiny_model").make_tiny_model(out, variant="moe", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_torch_dist(tiny_moe_hf, tmp_path_factory) -> Path:
+    """`tiny_moe_hf` converted to torch_dist (tools/convert_hf_to_torch_dist.py, one rank, the flags
+    of scripts/models/qwen3-tiny-moe.sh): a trainer's `--ref-load`, made once a session."""
+    from tests.e2e.runner import convert_checkpoint
+
+    return convert_checkpoint(tiny_moe_hf, tmp_path_factory.mktemp("tiny_moe_torch_dist") / "torch_dist")
 
 
 @pytest.fixture(scope="session")

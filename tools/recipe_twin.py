@@ -357,10 +357,10 @@ def write_train_data(source: Path, target: Path, metadata_key: str) -> None:
     target.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def prepare_inputs(twin: Twin, env: dict[str, str], timeout: float) -> None:
+def prepare_inputs(twin: Twin, env: dict[str, str], timeout: float, python: str = sys.executable) -> None:
     """The tiny checkpoint at every --hf-checkpoint path, its torch_dist at --ref-load, the toy
     data at --prompt-data and every --eval-prompt-data path (small files: the run is short)."""
-    argv, py = twin.argv, sys.executable
+    argv, py = twin.argv, python
     hf = Path(flag_value(argv, "--hf-checkpoint"))
     config = [f"{k}={json.dumps(v)}" for k, v in twin.shape.items()]
     # FP8=1 recipes serve a block-FP8 checkpoint; the trainer's reference is the float one
@@ -414,8 +414,10 @@ def check_checkpoint(argv: list[str], iteration: int) -> None:
         raise RuntimeError(f"{tracker}: {seen}, expected {iteration}")
 
 
-def run_twin(name: str, work_dir: Path, max_ranks: int, timeout: float) -> Twin:
-    """Build and run the twin of scripts/run-NAME.sh (module docstring); RuntimeError on failure."""
+def run_twin(name: str, work_dir: Path, max_ranks: int, timeout: float, prep_python: str = sys.executable) -> Twin:
+    """Build and run the twin of scripts/run-NAME.sh (module docstring); RuntimeError on failure.
+    `prep_python` runs the steps before the two jobs (the GPU dry run, the tiny model, its
+    conversion, the data): the test suite passes its warm interpreter (tests/warm_python.py)."""
     env = twin_env()
     folder = (work_dir / name).resolve()
     shutil.rmtree(folder, ignore_errors=True)
@@ -423,7 +425,7 @@ def run_twin(name: str, work_dir: Path, max_ranks: int, timeout: float) -> Twin:
     recipe = capture(name, folder / "model_dir", env)
     py = sys.executable
     logger.info("[%s] GPU dry run of the recipe's own flags (GPU model and layout)", name)
-    run_logged([py, recipe.entry, *recipe.argv, "--dry-run"], folder / "gpu_dry_run.log", env, timeout)
+    run_logged([prep_python, recipe.entry, *recipe.argv, "--dry-run"], folder / "gpu_dry_run.log", env, timeout)
     twin = build_twin(recipe, folder, max_ranks)
     gpu = recipe_layout(recipe.argv)
     logger.info("[%s] family %s, tiny shape %s", name, twin.family, twin.shape)
@@ -434,7 +436,7 @@ def run_twin(name: str, work_dir: Path, max_ranks: int, timeout: float) -> Twin:
         logger.info("[%s] changed: %s", name, line)
     for line in gpu_only_knobs(recipe.argv):
         logger.info("[%s] GPU-only: %s", name, line)
-    prepare_inputs(twin, env, timeout)
+    prepare_inputs(twin, env, timeout, prep_python)
     (folder / "twin_argv.json").write_text(json.dumps([recipe.entry, *twin.argv], indent=1))
     metrics = Path(flag_value(twin.argv, "--metrics-dir")) / "metrics.jsonl"
     logger.info("[%s] run 1: 2 rollouts, weight syncs, save", name)

@@ -1,7 +1,7 @@
 """Run the Megatron trainer on N gloo processes for tests: build args from a tiny HF checkpoint,
 load its weights through the weight maps, train on a fixed batch, and write what each rank saw.
 
-Worker functions are top-level so torch.multiprocessing.spawn can pickle them; results come back
+Worker functions are top-level so `tests.spawn_ranks.spawn_ranks` can pickle them; results come back
 as JSON files written by rank 0 (the metrics are the same on every rank by construction).
 """
 
@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 from slime.utils.misc import free_port
+from tests.spawn_ranks import spawn_ranks
 
 TINY_RL_ARGS = [
     "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--global-batch-size", "4",
@@ -89,7 +89,7 @@ def train_metrics(hf_dir, world: int, extra: list[str], tmp_path, rollouts: int 
     """Metrics of `rollouts` train calls on `world` gloo ranks with layout flags `extra`."""
     out = Path(tmp_path) / f"{tag}.json"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_train_worker, args=(world, free_port(), str(hf_dir), extra, str(out), rollouts, with_rollout_log_probs),
+    spawn_ranks(_train_worker, args=(world, free_port(), str(hf_dir), extra, str(out), rollouts, with_rollout_log_probs),
              nprocs=world, join=True)
     return json.loads(out.read_text())
 
@@ -109,5 +109,5 @@ def _logprob_shift_worker(rank: int, world: int, port: int, hf_dir: str, extra: 
 def logprob_shift(hf_dir, tmp_path, extra: list[str] | None = None) -> dict:
     """Summed change of each sample's response log-prob after one GRPO step (1 rank)."""
     out = Path(tmp_path) / "shift.json"
-    mp.spawn(_logprob_shift_worker, args=(1, free_port(), str(hf_dir), extra or [], str(out)), nprocs=1, join=True)
+    spawn_ranks(_logprob_shift_worker, args=(1, free_port(), str(hf_dir), extra or [], str(out)), nprocs=1, join=True)
     return json.loads(out.read_text())

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from slime.utils.misc import free_port
 from tests.distributed.megatron_harness import TINY_RL_ARGS, fixed_rollout_data, model_argv
-from tests.e2e.runner import convert_checkpoint
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -56,13 +55,13 @@ def _critic_worker(rank: int, world: int, port: int, hf_dir: str, ref_dir: str, 
 
 
 def _run(hf_dir, ref_dir, world: int, extra: list[str], out: Path) -> list[dict]:
-    mp.spawn(_critic_worker, args=(world, free_port(), str(hf_dir), str(ref_dir), extra, str(out)),
+    spawn_ranks(_critic_worker, args=(world, free_port(), str(hf_dir), str(ref_dir), extra, str(out)),
              nprocs=world, join=True)
     return json.loads(out.read_text())
 
 
-def test_critic_layouts_agree_and_value_loss_falls(tiny_moe_hf, tmp_path):
-    ref = convert_checkpoint(tiny_moe_hf, tmp_path / "torch_dist")
+def test_critic_layouts_agree_and_value_loss_falls(tiny_moe_hf, tiny_moe_torch_dist, tmp_path):
+    ref = tiny_moe_torch_dist
     one = _run(tiny_moe_hf, ref, 1, ["--critic-save", str(tmp_path / "critic")], tmp_path / "one.json")
     resume = one.pop()
     assert resume["resumed"] == resume["trained"]

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -24,7 +24,7 @@ SPAWN_TIMEOUT_S = 300  # a hang guard: loaded 2-core machines took 77 s for one 
 def _spawn(fn, world: int, *args) -> None:
     """Run fn(rank, world, port, *args) on `world` processes; fail (and kill them) after the timeout."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ctx = mp.start_processes(fn, args=(world, free_port()) + args, nprocs=world, join=False, start_method="spawn")
+    ctx = spawn_ranks(fn, args=(world, free_port()) + args, nprocs=world, join=False)
     deadline = time.monotonic() + SPAWN_TIMEOUT_S
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from slime.utils.misc import free_port
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -67,7 +67,7 @@ def _max_diff(a, b) -> float:
 ])
 def test_packed_log_probs_equal_each_sample_alone(impl, tiny_moe_hf, tmp_path):
     out = tmp_path / "packed.json"
-    mp.spawn(_worker, args=(1, free_port(), str(tiny_moe_hf), IMPL_FLAGS[impl], str(out)), nprocs=1, join=True)
+    spawn_ranks(_worker, args=(1, free_port(), str(tiny_moe_hf), IMPL_FLAGS[impl], str(out)), nprocs=1, join=True)
     got = json.loads(out.read_text())
     assert [len(x) for x in got["alone"]] == fixed_rollout_data()["response_lengths"]
     assert _max_diff(got["packed"], got["alone"]) <= ATOL[impl], got

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 
 from slime.utils.misc import free_port
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -57,7 +57,7 @@ def _worker(rank: int, world: int, port: int, hf_dir: str, extra: list[str], out
 
 def _run(hf_dir, world, extra, tmp_path, offload):
     out = Path(tmp_path) / f"offload_{offload}.json"
-    mp.spawn(_worker, args=(world, free_port(), str(hf_dir), extra, str(out), offload), nprocs=world, join=True)
+    spawn_ranks(_worker, args=(world, free_port(), str(hf_dir), extra, str(out), offload), nprocs=world, join=True)
     return json.loads(out.read_text())
 
 

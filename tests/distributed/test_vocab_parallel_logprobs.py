@@ -6,10 +6,10 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from slime.backends.megatron_utils.logprobs import vocab_parallel_log_probs
 from slime.utils.misc import free_port
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -28,7 +28,7 @@ def test_two_rank_vocab_parallel_matches_single_rank(tmp_path):
     torch.manual_seed(0)
     logits = torch.randn(6, 16)
     targets = torch.tensor([0, 7, 8, 15, 3, 12])
-    mp.spawn(_worker, args=(2, free_port(), logits, targets, str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(_worker, args=(2, free_port(), logits, targets, str(tmp_path)), nprocs=2, join=True)
     full = logits.clone().requires_grad_(True)
     lp, ent = vocab_parallel_log_probs(full, targets, temperature=0.9, with_entropy=True)
     (lp.sum() + ent.sum()).backward()

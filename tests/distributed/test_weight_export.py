@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.distributed.megatron_harness import build_trainer, free_port
+from tests.spawn_ranks import spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -40,7 +40,7 @@ def exported(hf_dir, world: int, extra: list, out: Path, bucket_bytes: int = BUC
     from safetensors.torch import load_file
 
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_export_worker, args=(world, free_port(), str(hf_dir), extra, str(out), bucket_bytes), nprocs=world, join=True)
+    spawn_ranks(_export_worker, args=(world, free_port(), str(hf_dir), extra, str(out), bucket_bytes), nprocs=world, join=True)
     union, sizes = {}, []
     for path in sorted(out.glob("rank*.safetensors")):
         part = load_file(str(path))

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -30,6 +29,7 @@ from slime.backends.megatron_utils.update_weight import (
 from slime.backends.megatron_utils.weight_export import bucket_by_bytes
 from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
 from tests.distributed.megatron_harness import build_trainer, fixed_rollout_data, free_port
+from tests.spawn_ranks import spawn_ranks
 from tests.unit.backends.megatron_utils.spawn_util import spawn_until_exit
 
 pytestmark = pytest.mark.distributed
@@ -201,7 +201,7 @@ def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, o
 
 
 def test_trainer_update_weights_with_check(engines, tiny_moe_hf, tmp_path):
-    mp.spawn(_trainer_worker, args=(2, free_port(), str(tiny_moe_hf), engines, str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(_trainer_worker, args=(2, free_port(), str(tiny_moe_hf), engines, str(tmp_path)), nprocs=2, join=True)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["check/weight_update_max_abs_logprob_diff"] <= 1e-5
     assert "--check-weight-update-equal" in result["stale"], result["stale"]
@@ -216,7 +216,7 @@ def test_two_pipeline_stages_sync_two_engines(engines, tiny_moe_hf, tmp_path):
     lock guarantees is tested in tests/unit/.../test_weight_sync_lock.py (the local engine did not
     deadlock here without it)."""
     layout = ("--pipeline-model-parallel-size", "2")
-    mp.spawn(_trainer_worker, args=(2, free_port(), str(tiny_moe_hf), engines, str(tmp_path), layout),
+    spawn_ranks(_trainer_worker, args=(2, free_port(), str(tiny_moe_hf), engines, str(tmp_path), layout),
              nprocs=2, join=True)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["check/weight_update_max_abs_logprob_diff"] <= 1e-5

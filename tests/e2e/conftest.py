@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.runner import convert_checkpoint
-
 
 @dataclass(frozen=True)
 class E2EInputs:
@@ -19,7 +17,6 @@ class E2EInputs:
 
 
 @pytest.fixture(scope="session")
-def e2e_inputs(tiny_moe_hf, toy_data, tmp_path_factory) -> E2EInputs:
+def e2e_inputs(tiny_moe_hf, tiny_moe_torch_dist, toy_data) -> E2EInputs:
     """The tiny MoE (HF and torch_dist) and the toy task's train/eval data."""
-    out = tmp_path_factory.mktemp("e2e_ref") / "torch_dist"
-    return E2EInputs(hf=tiny_moe_hf, data=toy_data, torch_dist=convert_checkpoint(tiny_moe_hf, out))
+    return E2EInputs(hf=tiny_moe_hf, data=toy_data, torch_dist=tiny_moe_torch_dist)

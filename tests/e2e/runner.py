@@ -36,12 +36,12 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def run_python(argv: list[str], log_path: Path, timeout: float) -> None:
+def run_python(argv: list[str], log_path: Path, timeout: float, python: str = sys.executable) -> None:
     """Run `python <argv>` in the repo root, stdout+stderr to `log_path`; raise with the log's
     tail when it fails or runs past `timeout` seconds."""
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=subprocess_env(),
+            proc = subprocess.run([python, *argv], cwd=REPO_ROOT, env=subprocess_env(),
                                   stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
             code = proc.returncode
         except subprocess.TimeoutExpired:
@@ -52,9 +52,11 @@ def run_python(argv: list[str], log_path: Path, timeout: float) -> None:
 
 
 def convert_checkpoint(hf_dir: Path, out_dir: Path, timeout: float = 300) -> Path:
-    """HF checkpoint -> torch_dist under `out_dir` (one rank); returns `out_dir`."""
+    """HF checkpoint -> torch_dist under `out_dir` (one rank, the session's warm python); returns `out_dir`."""
+    from tests.warm_python import warm_python
+
     run_python(["tools/convert_hf_to_torch_dist.py", *MODEL_ARGS, "--hf-checkpoint", str(hf_dir),
-                "--save", str(out_dir)], out_dir.parent / f"{out_dir.name}.log", timeout)
+                "--save", str(out_dir)], out_dir.parent / f"{out_dir.name}.log", timeout, python=warm_python())
     if not (out_dir / "latest_checkpointed_iteration.txt").is_file():
         raise AssertionError(f"conversion wrote no {out_dir}/latest_checkpointed_iteration.txt")
     return out_dir

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.runner import REPO_ROOT, convert_checkpoint, grpo_argv, read_metrics, rollout_rows, run_python, \
-    subprocess_env
+from tests.e2e.runner import REPO_ROOT, grpo_argv, read_metrics, rollout_rows, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
@@ -64,14 +63,10 @@ def kill_engine_in_rollout1(args, sample, *, rollout_id=None, evaluation=False):
 
 # ----- helpers ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(hf_dir, ref_dir, data_dir) of the tiny MoE, built once for the module."""
-    root = tmp_path_factory.mktemp("faults_model")
-    run_python(["tools/make_tiny_model.py", "--output-dir", str(root / "hf"), "--variant", "moe", "--seed", "0"],
-               root / "make_model.log", timeout=180)
-    run_python(["tools/make_toy_data.py", "--output-dir", str(root / "data"), "--seed", "0", "--num-train", "512"],
-               root / "make_data.log", timeout=60)
-    return root / "hf", convert_checkpoint(root / "hf", root / "torch_dist"), root / "data"
+def tiny(tiny_moe_hf, tiny_moe_torch_dist, toy_data):
+    """(hf_dir, ref_dir, data_dir) of the tiny MoE: the session's (no run of this module needs
+    more than the 256 toy prompts: 3 rollouts x 16, or stopped during rollout 0)."""
+    return tiny_moe_hf, tiny_moe_torch_dist, toy_data
 
 
 def marked_pids(mark: str) -> list[int]:

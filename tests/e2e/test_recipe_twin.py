@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import load_tool
 from tests.e2e.runner import REPO_ROOT
+from tests.warm_python import warm_python
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +24,8 @@ SEED_RECIPE = "qwen3-30B-A3B"
 def seed_twin(tmp_path_factory):
     """(module, Twin) of the seed recipe's twin, run to the end (RuntimeError names the first error)."""
     tool = load_tool("recipe_twin")
-    return tool, tool.run_twin(SEED_RECIPE, tmp_path_factory.mktemp("twins"), max_ranks=8, timeout=1200)
+    return tool, tool.run_twin(SEED_RECIPE, tmp_path_factory.mktemp("twins"), max_ranks=8, timeout=1200,
+                               prep_python=warm_python())
 
 
 def test_seed_twin_keeps_the_recipe_layout(seed_twin):

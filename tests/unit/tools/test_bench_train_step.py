@@ -3,9 +3,9 @@
 import json
 import os
 import subprocess
-import sys
 
 from tests.conftest import REPO_ROOT, load_tool
+from tests.warm_python import warm_python
 
 bench = load_tool("bench_train_step")
 
@@ -30,7 +30,7 @@ def test_one_iteration_run(tiny_moe_hf, tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "tools" / "bench_train_step.py"), "--hf-dir", str(tiny_moe_hf),
+        [warm_python(), str(REPO_ROOT / "tools" / "bench_train_step.py"), "--hf-dir", str(tiny_moe_hf),
          "--iterations", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--output", str(out)],
         capture_output=True, text=True, timeout=120, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

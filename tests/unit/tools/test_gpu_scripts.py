@@ -13,11 +13,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from tests.unit.tools.test_model_scripts import model_args
+from tests.warm_python import warm_python
 
 # Shape keys of Qwen/Qwen3-4B and Qwen/Qwen3-0.6B config.json (both tie their embeddings).
 PUBLIC_CONFIGS = {
@@ -55,7 +55,7 @@ def _model_dir(tmp_path, model: str, **overrides) -> str:
 
 def _run(repo_root, model: str, env: dict, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(repo_root / f"scripts/run-qwen3-{model}.sh"), *extra],
-                          env={**os.environ, "PYTHON": sys.executable, **env},
+                          env={**os.environ, "PYTHON": warm_python(), **env},
                           capture_output=True, text=True, timeout=120)
 
 
@@ -144,7 +144,7 @@ def test_stops_only_the_ray_it_started(repo_root, tmp_path, status_rc, starts, m
     assert not start or start[0][start[0].index("--node-ip-address") + 1] == (master or "127.0.0.1")
     submit = next(c for c in calls if c[:2] == ["job", "submit"])
     cmd = submit[submit.index("--") + 1:]
-    assert cmd[:4] == [sys.executable, f"{repo_root}/train_async.py", "--actor-num-nodes", "1"]
+    assert cmd[:4] == [warm_python(), f"{repo_root}/train_async.py", "--actor-num-nodes", "1"]  # $PYTHON
     assert "--colocate" not in cmd and cmd[cmd.index("--rollout-num-gpus") + 1] == "4"
     env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json="))[len("--runtime-env-json="):])
     assert env["env_vars"]["PYTHONPATH"] == str(repo_root)
@@ -161,7 +161,7 @@ FLAG_RE = r"(?<![\w-])--[a-z][a-z0-9-]*"
 
 
 def _tool_flags(repo_root, tool: str) -> set[str]:
-    out = subprocess.run([sys.executable, str(repo_root / "tools" / tool), "--help"], capture_output=True,
+    out = subprocess.run([warm_python(), str(repo_root / "tools" / tool), "--help"], capture_output=True,
                          text=True, check=True, timeout=120).stdout
     return set(re.findall(FLAG_RE, out))
 

@@ -12,9 +12,10 @@ are unset, as on a fresh node.
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+
+from tests.warm_python import warm_python
 
 # run script -> None, or (HF folder it reads = its folder in tests/data/hf-configs, "total" and "active"
 # as the plan prints them)
@@ -38,7 +39,7 @@ def dry_run(repo_root, script, *extra, model_dir=None):
            if k not in ("WANDB_KEY", "WANDB_API_KEY", "DP_ATTN", "FP8", "COLOCATE", "ASYNC", "MODEL_DIR")}
     env |= {"MODEL_DIR": str(model_dir)} if model_dir else {}
     return subprocess.run(["bash", str(repo_root / "scripts" / script), "--dry-run", *extra],
-                          env={**env, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
+                          env={**env, "PYTHON": warm_python()}, capture_output=True, text=True, timeout=300)
 
 
 def configs_section(out: str) -> str:

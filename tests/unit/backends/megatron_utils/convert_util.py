@@ -2,12 +2,12 @@
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from slime.utils.misc import free_port
+from tests.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -27,14 +27,18 @@ TINY_GLM4_MOE_ARGS = model_args("glm4.5-tiny.sh")
 
 
 def run_tool(args, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:
-    """Run ``tools/<args[0]>`` with python (nproc 1) or torchrun; raises with output on failure."""
+    """Run ``tools/<args[0]>`` with python (nproc 1) or torchrun; raises with output on failure.
+    The interpreter of the tool, torchrun and its ranks is the session's warm one
+    (tests/warm_python.py); torchrun starts it with `--no-python` (ranks unbuffered, as with `-u`)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     script = str(REPO / "tools" / args[0])
+    python = warm_python()
     if nproc == 1:
-        cmd = [sys.executable, script, *args[1:]]
+        cmd = [python, script, *args[1:]]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--master-port", str(free_port()), script, *args[1:]]
+        env["PYTHONUNBUFFERED"] = "1"
+        cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               "--master-port", str(free_port()), "--no-python", python, script, *args[1:]]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

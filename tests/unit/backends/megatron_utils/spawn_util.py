@@ -1,17 +1,17 @@
 """Run a function in fresh processes (one per rank) with a gloo-ready environment.
 
 megatron-core keeps global parallel state and our CPU patches are process-wide, so
-tests that build models run their work in spawned children, never in the pytest
-process. Results come back through ``torch.save`` files.
+tests that build models run their work in child processes, never in the pytest
+process; the children come from the session's warm fork server (`tests.spawn_ranks`).
+Results come back through ``torch.save`` files.
 """
 
 import os
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
-
 from slime.utils.misc import free_port
+from tests.spawn_ranks import spawn_ranks
 
 
 def _entry(rank, fn, world_size, port, out_dir, kwargs):
@@ -28,13 +28,13 @@ def spawn(fn, world_size: int, out_dir, **kwargs) -> list:
     """Run ``fn(rank, world_size, **kwargs)`` in ``world_size`` processes; results by rank."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_entry, args=(fn, world_size, free_port(), str(out_dir), kwargs), nprocs=world_size)
+    spawn_ranks(_entry, args=(fn, world_size, free_port(), str(out_dir), kwargs), nprocs=world_size)
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
 def spawn_until_exit(fn, args: tuple, nprocs: int, poll_s: float = 0.2) -> None:
-    """`torch.multiprocessing.spawn(fn, args, nprocs)`, waiting for the processes to exit rather
-    than for their sentinel pipes to close; raises if any rank exited non-zero.
+    """`spawn_ranks(fn, args, nprocs)`, waiting for the processes to exit rather than for their
+    sentinel pipes to close; raises if any rank exited non-zero.
 
     A rank that shares CPU tensors with the "file_system" strategy (the colocated weight sender on
     CPU) starts a torch_shm_manager, which inherits the rank's open descriptors, its sentinel pipe
@@ -42,7 +42,7 @@ def spawn_until_exit(fn, args: tuple, nprocs: int, poll_s: float = 0.2) -> None:
     sentinel-based `spawn(join=True)` then waits forever after every rank has exited."""
     import time
 
-    context = mp.spawn(fn, args=args, nprocs=nprocs, join=False)
+    context = spawn_ranks(fn, args=args, nprocs=nprocs, join=False)
     while any(p.is_alive() for p in context.processes):  # waitpid, not the sentinel
         time.sleep(poll_s)
     failed = {rank: p.exitcode for rank, p in enumerate(context.processes) if p.exitcode != 0}

@@ -2,13 +2,13 @@
 
 import json
 import subprocess
-import sys
 import textwrap
 from argparse import Namespace
 
 import pytest
 
 from slime.utils.plan.model import ModelShape, active_params, shape_from_args, total_params
+from tests.warm_python import warm_python
 
 
 def _shape(**kw) -> ModelShape:
@@ -83,7 +83,7 @@ _MEGATRON_COUNT = textwrap.dedent("""
 
 def test_counts_match_megatron_gptmodel():
     # Run in a child process: it initialises a 1-rank gloo group and megatron's global state.
-    proc = subprocess.run([sys.executable, "-c", _MEGATRON_COUNT], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([warm_python(), "-c", _MEGATRON_COUNT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     moe = _shape(ffn_hidden=96, swiglu=True, norm_weights=1, qk_norm=True, linear_bias=False, untied=True,

@@ -3,16 +3,16 @@
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from tests.unit.utils.plan.conftest import REPO
+from tests.warm_python import warm_python
 
 
 def _dry_run(*extra, **env):
     inherited = {k: v for k, v in os.environ.items() if k not in ("WANDB_KEY", "WANDB_API_KEY", "DP_ATTN", "FP8")}
-    full_env = dict(inherited, PYTHON=sys.executable, MODEL_DIR="/nonexistent-models", **env)
+    full_env = dict(inherited, PYTHON=warm_python(), MODEL_DIR="/nonexistent-models", **env)
     return subprocess.run(["bash", "scripts/run-qwen3-30B-A3B.sh", "--dry-run", *extra], cwd=REPO, env=full_env,
                           capture_output=True, text=True, timeout=120)
 
