@@ -73,15 +73,12 @@ def load_function(path: str) -> Callable:
 
 def accepts_kwarg(fn: Callable, name: str) -> bool:
     """Whether `fn` can be called with keyword `name` (explicitly or through **kwargs)."""
+    if declares_param(fn, name):
+        return True
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # builtins without a signature: assume the plain form
         return False
-    if name in params and params[name].kind not in (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.VAR_POSITIONAL,
-    ):
-        return True
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
