@@ -22,7 +22,7 @@ from slime.utils.startup_profile import mark, start_clock
 def train(args, early_ray=None) -> None:
     """Metrics row r holds rollout r and, when evaluated, the eval of the same weights that
     generated it (eval after rollout r-1); a final row holds the eval after the last rollout.
-    `early_ray`: a `slime.ray.job.RayStart` under way (`main` starts Ray while it checks)."""
+    `early_ray`: a `slime.ray.job_ray.RayStart` under way (`main` starts Ray while it checks)."""
     from slime.ray.critic import CriticSide
     from slime.ray.job import ActorSide, JobScope, RolloutSide, Schedule
 
@@ -65,7 +65,7 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
     (default: train) holding the run folders' locks (`slime.utils.run_folder`). megatron-core's
     config check runs in a thread; with `early_ray` (default: when `loop` is train's) Ray starts
-    meanwhile (`slime.ray.job.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
+    meanwhile (`slime.ray.job_ray.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
     a refusal stops Ray again.
 
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
@@ -75,9 +75,8 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     configs refuse (`check_megatron_configs`, one line naming the flags) or a run folder in use
     or holding another run; 130 interrupted (Ctrl-C). In every case the loop's JobScope has
     stopped the processes the job started."""
-    from slime.utils.arguments import ArgumentError, startup_refusals
-    from slime.utils.preflight import run_preflight
-    from slime.utils.run_folder import RunFolderError, RunLock, claim_run_folder, run_folders
+    from slime.utils.arguments import ArgumentError
+    from slime.utils.run_folder import RunFolderError, RunLock, run_folders
 
     argv = list(sys.argv[1:] if argv is None else argv)
     start_clock()  # the start-up profile's zero, unless the launching script set it
@@ -89,35 +88,10 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     except SystemExit as e:  # argparse printed its one line (or --help its text)
         return e.code if isinstance(e.code, int) else 2
     if args.dry_run:
-        from slime.backends.sglang_utils.server_args import dry_run_commands
-
-        if problems := [f.line() for f in run_preflight(args).errors]:
-            return _refuse(entry, problems)
-        configs, refused = _megatron_configs(args)
-        if refused:
-            return _refuse(entry, refused)
-        plan = build_plan(args)
-        plan.megatron_configs = configs
-        print(render_plan(plan))
-        print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
-        return 0
+        return _dry_run(entry, args)
     try:
         with RunLock(run_folders(args), command=[f"{entry}.py", *argv]):
-            if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
-                return _refuse(entry, problems)
-            if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
-                return _refuse(entry, refusals)
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="megatron-config-check") as pool:
-                check = pool.submit(_megatron_configs, args)  # imports megatron-core while Ray starts
-                with _ray_start(args, loop is None if early_ray is None else early_ray) as ray_start:
-                    if refused := check.result()[1]:  # megatron-core's own checks, before any process group
-                        return _refuse(entry, refused)
-                    claim_run_folder(args)
-                    mark("flags, pre-flight and megatron config checks done")
-                    if ray_start is None:
-                        (loop or train)(args)
-                    else:
-                        (loop or train)(args, early_ray=ray_start)
+            return _checked_run(entry, args, loop, loop is None if early_ray is None else early_ray)
     except RunFolderError as e:
         return _refuse(entry, [str(e)])
     except KeyboardInterrupt:
@@ -127,6 +101,45 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
         if args.traceback:
             raise
         return _job_failed(entry, e, args)
+
+
+def _dry_run(entry: str, args) -> int:
+    """`--dry-run`: the pre-flight and megatron-core's configs as the run builds them, then the plan
+    and the SGLang launch lines; nothing is started."""
+    from slime.backends.sglang_utils.server_args import dry_run_commands
+    from slime.utils.preflight import run_preflight
+
+    if problems := [f.line() for f in run_preflight(args).errors]:
+        return _refuse(entry, problems)
+    configs, refused = _megatron_configs(args)
+    if refused:
+        return _refuse(entry, refused)
+    plan = build_plan(args)
+    plan.megatron_configs = configs
+    print(render_plan(plan))
+    print("\n".join(dry_run_commands(args)))  # lines "sglang command: ...", one per engine process
+    return 0
+
+
+def _checked_run(entry: str, args, loop, early: bool) -> int:
+    """Inside the run folders' locks: the pre-flight, the machine's refusals and megatron-core's
+    checks (in a thread, while Ray starts when `early`), then `loop`."""
+    from slime.utils.arguments import startup_refusals
+    from slime.utils.preflight import run_preflight
+    from slime.utils.run_folder import claim_run_folder
+
+    if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
+        return _refuse(entry, problems)
+    if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
+        return _refuse(entry, refusals)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="megatron-config-check") as pool:
+        check = pool.submit(_megatron_configs, args)  # imports megatron-core while Ray starts
+        with _ray_start(args, early) as ray_start:
+            if refused := check.result()[1]:  # megatron-core's own checks, before any process group
+                return _refuse(entry, refused)
+            claim_run_folder(args)
+            mark("flags, pre-flight and megatron config checks done")
+            (loop or train)(args, **({} if ray_start is None else {"early_ray": ray_start}))
     return 0
 
 
@@ -134,7 +147,7 @@ def _ray_start(args, early: bool):
     """A `RayStart` under way when `early`, else a no-op context yielding None."""
     if not early:
         return contextlib.nullcontext()
-    from slime.ray.job import RayStart
+    from slime.ray.job_ray import RayStart
 
     return RayStart(args)
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from slime.ray import job
-from slime.ray.job import JOB_TOKEN_ENV, job_processes, stop_job_processes
+from slime.ray import job_ray
+from slime.ray.job_ray import JOB_TOKEN_ENV, job_processes, stop_job_processes
 
 IGNORE_TERM = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"
 
@@ -31,7 +31,7 @@ def procs():
 
 
 def test_only_processes_of_the_job_are_stopped(procs, monkeypatch):
-    monkeypatch.setattr(job, "LEFTOVER_TERM_WAIT_S", 10.0)
+    monkeypatch.setattr(job_ray, "LEFTOVER_TERM_WAIT_S", 10.0)
     mine, other = _spawn("job-a"), _spawn("job-b")
     procs += [mine, other]
     assert mine.pid in job_processes("job-a") and other.pid not in job_processes("job-a")
@@ -42,7 +42,7 @@ def test_only_processes_of_the_job_are_stopped(procs, monkeypatch):
 
 
 def test_sigterm_ignored_escalates_to_sigkill(procs, monkeypatch):
-    monkeypatch.setattr(job, "LEFTOVER_TERM_WAIT_S", 1.0)
+    monkeypatch.setattr(job_ray, "LEFTOVER_TERM_WAIT_S", 1.0)
     stubborn = _spawn("job-c", IGNORE_TERM)
     procs.append(stubborn)
     assert stubborn.stdout.readline().strip() == "ready"
