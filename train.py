@@ -155,6 +155,9 @@ def _ray_start(args, early: bool):
 def _megatron_configs(args) -> tuple[list[tuple[str, str]], list[str]]:
     """megatron-core's config objects, built as the run builds them (`--dry-run`: as on the GPU):
     (plan rows, refusal lines naming the flags). Imports torch and megatron-core."""
+    from slime.backends.megatron_utils.lean_import import import_megatron_core
+
+    import_megatron_core()  # first: megatron-core's own imports, at a third of their cost
     from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
 
     try:

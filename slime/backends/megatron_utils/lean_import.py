@@ -1,0 +1,85 @@
+"""`import megatron.core` at about a third of its CPU cost: two named patches, active only while the
+package imports (`import_megatron_core`). Every process of a job that imports megatron-core (the
+driver's config check, each trainer rank) pays for that import during start-up, when the 2 cores of
+a small machine are saturated; this is what start-up is made of (docs/performance.md, "Start-up").
+
+Measured with megatron-core 0.16.1 on torch 2.13.0+cpu (CPU seconds of the import after torch):
+2.6-2.7 plain, 1.2-1.3 without the first patch's cost, 0.9-1.0 without both.
+
+- `deferred_torch_compile`: `megatron.core.jit` sets `jit_fuser = torch.compile` (torch >= 2.2), so
+  every `@jit_fuser` function (the fused bias-GeLU, -GeGLU, -SwiGLU, ... kernels) calls
+  `torch.compile` at import, which imports torch._dynamo and parts of torch._inductor. While the
+  package imports, `torch.compile(fn, **options)` of a plain function returns a wrapper that makes
+  the same `torch.compile(fn, **options)` call at the function's first call and then calls what it
+  returned. torch.compile itself compiles nothing before the first call either, so what runs is the
+  same; only dynamo's import moves to the first fused call (never, on CPU, where
+  `kernels.Kernels` turns the fusions off). Anything else (a module, a decorator factory's later
+  use) goes to the real torch.compile. Can go if megatron-core decorates lazily.
+- `hidden_wandb`: `megatron.core.inference.contexts.dynamic_context` and `megatron.core.timers`
+  import wandb when it is installed, for the inference engine's and megatron's own timers' logging,
+  neither of which the trainer uses. While the package imports, `import wandb` fails as if wandb
+  were absent (megatron then records HAVE_WANDB = False); afterwards wandb imports as usual, for
+  `--use-wandb`'s sink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+
+
+@contextlib.contextmanager
+def deferred_torch_compile():
+    """Within the block, `torch.compile` of a plain function compiles at its first call (see the
+    module docstring); the real torch.compile is back on leaving."""
+    import torch
+
+    real = torch.compile
+
+    def compile_on_first_call(model=None, **options):
+        if model is None:  # used as @torch.compile(**options)
+            return functools.partial(compile_on_first_call, **options)
+        if not inspect.isfunction(model):
+            return real(model, **options)
+        compiled = None
+
+        @functools.wraps(model)
+        def call(*args, **kwargs):
+            nonlocal compiled
+            if compiled is None:
+                compiled = real(model, **options)
+            return compiled(*args, **kwargs)
+
+        return call
+
+    torch.compile = compile_on_first_call
+    try:
+        yield
+    finally:
+        torch.compile = real
+
+
+@contextlib.contextmanager
+def hidden_wandb():
+    """Within the block `import wandb` raises ImportError (unless wandb is already imported)."""
+    if "wandb" in sys.modules:
+        yield
+        return
+    sys.modules["wandb"] = None  # the import system's "known to be missing"
+    try:
+        yield
+    finally:
+        if sys.modules.get("wandb", 0) is None:
+            del sys.modules["wandb"]
+
+
+def import_megatron_core() -> None:
+    """Import megatron-core under both patches; a no-op once it is imported. Call it before any
+    other import of megatron-core in the process."""
+    if "megatron.core" in sys.modules:
+        return
+    with deferred_torch_compile(), hidden_wandb():
+        import megatron.core  # noqa: F401
+        import megatron.core.transformer.transformer_config  # noqa: F401 - the fused kernels' modules
