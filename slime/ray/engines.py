@@ -38,6 +38,7 @@ from slime.ray.placement import JobPlacement, PlacementPlan
 from slime.utils import engine_protocol
 from slime.utils.engine_client import SyncEngineClient, run_with_client
 from slime.utils.misc import free_port, free_port_block
+from slime.utils.startup_profile import mark
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ def resolve_engine_kind(requested: str | None, use_gpu: bool) -> str:
 
 
 class RolloutEngine:
-    """Ray actor owning one engine server process (create through `create_engines`).
+    """Ray actor owning one engine server process (create through `start_engines`).
 
     `nodes` (SGLang engines) lists the engine's part on each node; this actor runs `nodes[0]`'s
     and, for node rank 0 of a multi-node engine, creates a follower actor for each other node on
@@ -208,6 +209,7 @@ class RolloutEngine:
             ray.get([f.start.remote(dist_init_addr=dist_init_addr) for f in self.followers])
         extra = {"node": self.node, "dist_init_addr": dist_init_addr} if self.node is not None else {}
         extra["group_hosts"] = self.group_hosts
+        mark(f"engine {self.engine_rank}: launching its server")
         self.process = self.kind.launch(self.args, engine_rank=self.engine_rank, host=self.host, port=port,
                                         num_threads=self.num_threads, log_path=self._log_path(), **extra)
         self._url = f"http://{self.host}:{port}"
@@ -305,11 +307,24 @@ def create_engine_actor(args, placement: JobPlacement, position: int, engine_ran
                                                           args.rollout_log_dir, nodes, placement)
 
 
-def create_engines(args, placement: JobPlacement, rollout_bundles=None) -> tuple[str, list, list[int]]:
-    """Create (not start) one engine actor per engine; returns (kind, actors, positions)."""
+@dataclass
+class EngineStart:
+    """The job's engines, created and starting (`start_engines`); `urls` holds one ObjectRef per
+    actor, its `start()`, which answers the engine's base URL once it is healthy."""
+
+    kind: str
+    actors: list
+    positions: list[int]
+    urls: list
+
+
+def start_engines(args, placement: JobPlacement, rollout_bundles=None) -> EngineStart:
+    """Create one engine actor per engine and start them all, without waiting. The job's driver
+    calls it as soon as the placement is ready, so that the engines, the longest part of start-up,
+    start while the RolloutManager's own process starts (docs/performance.md, "Start-up")."""
     kind = resolve_engine_kind(args.rollout_engine, placement.use_gpu)
     positions = engine_positions(args, placement, rollout_bundles)
     actors = [create_engine_actor(args, placement, p, rank, kind) for rank, p in enumerate(positions)]
     logger.info("%d %s engine(s) on bundle positions %s", len(actors), kind, positions)
-    return kind, actors, positions
+    return EngineStart(kind, actors, positions, [actor.start.remote() for actor in actors])
 

@@ -50,7 +50,6 @@ class JobScope:
         self.args = args
         self._stoppers: list = []
         self.token = early.token() if early is not None else job_ray.start_ray(args)
-        mark("ray started")
         self.placement = place(args)
         mark("placement ready")
 
@@ -102,11 +101,14 @@ class RolloutSide:
     """The RolloutManager actor: engines, router, data source, rollout and eval functions."""
 
     def __init__(self, args, placement):
+        from slime.ray.engines import start_engines
         from slime.ray.rollout_manager import RolloutManager
 
         job_placement, plan = placement
         self.args = args
-        self.manager = RolloutManager.options(num_cpus=0).remote(args, job_placement, plan.rollout_bundles)
+        # the engines start here, so that their start overlaps the manager process's own
+        engines = None if args.debug_train_only else start_engines(args, job_placement, plan.rollout_bundles)
+        self.manager = RolloutManager.options(num_cpus=0).remote(args, job_placement, plan.rollout_bundles, engines)
         self.released: set[str] = set()  # SGLang memory tags the engines have released
         self.weights_from: ActorSide | None = None
 

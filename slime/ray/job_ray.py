@@ -19,6 +19,7 @@ import ray
 from slime.ray.access import prepare_local_ray, private_ray_token
 from slime.ray.placement import PlacementPlan
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
+from slime.utils.startup_profile import mark
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def start_ray(args) -> str | None:
     plan = PlacementPlan.from_args(args)
     prepare_local_ray()
     ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
+    mark("ray started")
     return token
 
 

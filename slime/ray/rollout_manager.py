@@ -25,7 +25,7 @@ import torch
 
 from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove_worker, router_extra_args
 from slime.ray.access import ROUTER_HOST
-from slime.ray.engines import create_engine_actor, create_engines
+from slime.ray.engines import EngineStart, create_engine_actor, start_engines
 from slime.utils.misc import free_port
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
 from slime.utils.engine_client import SyncEngineClient
@@ -148,23 +148,27 @@ class _HealthGate:
 class RolloutManager:
     """Rollout side of the loop as one Ray actor (see the module docstring)."""
 
-    def __init__(self, args, placement, rollout_bundles=None):
-        """Create the data source, start the engines and the router, register every engine, and
-        point `args.sglang_router_ip/port` at the router for the rollout function.
+    def __init__(self, args, placement, rollout_bundles=None, engines: EngineStart | None = None):
+        """Start the engines (unless `engines`, started by the job's driver, are given: see
+        `slime.ray.engines.start_engines`) and the router, create the data source, register every
+        engine once up, and point `args.sglang_router_ip/port` at the router for the rollout
+        function.
 
         `placement` is the job's `JobPlacement`; `rollout_bundles` the sorted bundle positions of
         the rollout (default: `PlacementPlan.from_args(args).rollout_bundles`).
         """
+        mark("rollout manager: started")
         self.args = args
         self.placement = placement
-        self.data_source = make_data_source(load_function(args.data_source_path), args)
         self.kind, self.engines, self.positions, self.urls, self.router = None, [], [], [], None
         if not args.debug_train_only:  # --debug-train-only replays recorded rollouts: no engines
-            self.kind, self.engines, self.positions = create_engines(args, placement, rollout_bundles)
-            starting = [e.start.remote() for e in self.engines]
+            engines = engines or start_engines(args, placement, rollout_bundles)
+            self.kind, self.engines, self.positions = engines.kind, engines.actors, engines.positions
             self.router = self._start_router(args)  # while the engines start
             mark("router up")
-            self.urls = ray.get(starting)
+        self.data_source = make_data_source(load_function(args.data_source_path), args)  # meanwhile too
+        if self.engines:
+            self.urls = ray.get(engines.urls)
             mark("engines up")
             for url in self.urls:
                 add_worker(self.router_url, url)

@@ -58,11 +58,13 @@ def build_guard(args):
 
 def main(argv=None) -> None:
     """Load the model, start the scheduler, serve HTTP until interrupted."""
+    from slime.utils.startup_profile import mark
+
+    mark("local engine: python started")
     import uvicorn
 
     from slime.backends.local_engine.engine import Engine, EngineConfig
     from slime.backends.local_engine.server import build_app
-    from slime.utils.startup_profile import mark
 
     mark("local engine: imports done")
     args = parse_args(argv)
