@@ -234,7 +234,7 @@ def run_with_client(base_url: str, call, timeout: float = 600.0, api_key: str | 
     return asyncio.run(once())
 
 
-def wait_until_healthy(base_url: str, timeout: float = 300.0, process=None, interval: float = 0.5) -> None:
+def wait_until_healthy(base_url: str, timeout: float = 300.0, process=None, interval: float = 0.1) -> None:
     """Block until GET {base_url}/health answers 200.
 
     Raises RuntimeError at once (with the exit code) if `process` (a `subprocess.Popen`) died,
