@@ -56,10 +56,20 @@ class RolloutContext:
     sample_hooks: list[Callable] = field(default_factory=list)
     direct: DirectEngines | None = None  # R3 requests bypass the router (direct_engines.py)
     teacher: EngineClient | None = None  # --use-opd --opd-type sglang: the teacher's server (opd_teacher.py)
+    _prompt_ids: dict = field(default_factory=dict, repr=False)  # prompt text -> token ids, this rollout's
 
     @property
     def tokenizer(self):
         return self.state.tokenizer
+
+    def prompt_ids(self, prompt) -> list[int]:
+        """`prompt`'s token ids (no special tokens added), a fresh list; a text prompt is tokenized
+        once per rollout call, since the `--n-samples-per-prompt` samples of a group share it."""
+        if not isinstance(prompt, str):
+            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if prompt not in self._prompt_ids:
+            self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return list(self._prompt_ids[prompt])
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -145,9 +155,8 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
         ctx = RolloutContext.create(args)
         async with ctx:
             return await generate(args, sample, sampling_params, ctx=ctx)
-    tokenizer = ctx.tokenizer
     if not sample.tokens:
-        sample.tokens = tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        sample.tokens = ctx.prompt_ids(sample.prompt)
     budget = response_budget(args, sample, sampling_params["max_new_tokens"])
     if budget <= 0:
         sample.status = Sample.Status.TRUNCATED

@@ -34,6 +34,7 @@ _UNIT_TAIL_RE = re.compile(r"^(?P<head>.*?[\d})\].])\s*(?P<unit>[a-zA-Z]+)(?:\^\
 _THOUSANDS_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _ASSIGNMENT_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?P<rhs>[^=]+)$")
 _DECIMAL_RE = re.compile(r"-?\d*\.\d+|-?\d+\.")
+_INTEGER_RE = re.compile(r"-?[0-9]+")
 
 
 def _balanced_group(text: str, start: int) -> tuple[str, int] | None:
@@ -198,6 +199,8 @@ def _equiv_normalized(a: str, b: str) -> bool:
         if not (coll_a and coll_b) or coll_a[0] != coll_b[0] or len(coll_a[1]) != len(coll_b[1]):
             return False
         return all(_equiv_normalized(x, y) for x, y in zip(coll_a[1], coll_b[1]))
+    if _INTEGER_RE.fullmatch(a) and _INTEGER_RE.fullmatch(b):  # what sympy would say, without parsing
+        return int(a) == int(b)
     expr_a, expr_b = parse_latex_expr(a), parse_latex_expr(b)
     if expr_a is None or expr_b is None:
         return False

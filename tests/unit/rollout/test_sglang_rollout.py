@@ -9,6 +9,7 @@ answers (bounded), while without it the failure surfaces at once.
 import asyncio
 import subprocess
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,7 @@ from slime.backends.local_engine.launcher import launch_local_engine, stop_local
 from slime.backends.sglang_utils.router import RouterProcess, add_worker
 from slime.rollout import router_requests, sglang_rollout
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
-from slime.rollout.sglang_rollout import generate_rollout
+from slime.rollout.sglang_rollout import RolloutContext, generate_rollout
 from slime.utils.arguments import parse_args
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
@@ -268,3 +269,21 @@ def test_generate_keeps_the_engines_routed_experts_with_r3(args):
     routed = np.asarray(sample.rollout_routed_experts)
     assert routed.shape == (len(sample.tokens) - 1, args.num_layers, args.moe_router_topk)
     assert routed.min() >= 0 and routed.max() < args.num_experts
+
+
+def test_a_prompt_is_tokenized_once_per_rollout_call():
+    """The samples of a group share their prompt: one tokenizer call, a fresh list for each."""
+    calls = []
+
+    def tokenizer(prompt, add_special_tokens):
+        calls.append(prompt)
+        assert add_special_tokens is False
+        return {"input_ids": [ord(c) for c in (prompt if isinstance(prompt, str) else "".join(prompt))]}
+
+    ctx = RolloutContext(args=None, rollout_id=0, client=None, state=SimpleNamespace(tokenizer=tokenizer))
+    first, second = ctx.prompt_ids("ab"), ctx.prompt_ids("ab")
+    assert first == second == [97, 98] and first is not second
+    first.append(0)  # a sample extending its tokens leaves the next sample's prompt alone
+    assert ctx.prompt_ids("ab") == [97, 98]
+    assert ctx.prompt_ids(["c"]) == [99] and ctx.prompt_ids(["c"]) == [99]  # not text: not kept
+    assert calls == ["ab", ["c"], ["c"]]

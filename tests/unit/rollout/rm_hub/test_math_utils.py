@@ -106,3 +106,16 @@ def test_grade_math_uses_boxed_or_whole_response():
     assert grade_math(r"\boxed{4}", ["3", "4"]) == 1.0
     with pytest.raises(ValueError, match="label"):
         grade_math(r"\boxed{4}", None)
+
+
+@pytest.mark.parametrize("a", ["0", "1", "-0", "00", "007", "7", "-7", "10", "01", "-12", "+3", "3",
+                               "123456789012345678901234567890"])
+def test_integer_answers_compare_as_sympy_does(a):
+    """Two integers skip the sympy parse; the verdict is the one sympy gives."""
+    from slime.rollout.rm_hub.latex_sympy import sympy_equal
+
+    for b in ["0", "7", "-7", "3", "10", "123456789012345678901234567890"]:
+        na, nb = normalize_answer(a), normalize_answer(b)
+        ea, eb = parse_latex_expr(na), parse_latex_expr(nb)
+        by_sympy = na == nb or (ea is not None and eb is not None and sympy_equal(ea, eb))
+        assert is_equiv(a, b) == by_sympy, (a, b)
