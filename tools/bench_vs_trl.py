@@ -109,6 +109,25 @@ def _run(cmd: list[str], log: Path, steps_done=None, env: dict | None = None) ->
     return {"wall": wall, "step_ends": ends, "started_at": start}
 
 
+# The peer runs with beta=0: TRL builds no reference model and computes no KL. The main job's
+# `--use-kl-loss --kl-loss-coef 0.0` (slime's recipes) runs a reference forward pass per rollout
+# for its `train/kl_loss` metric; ours leaves those flags out here, so that both do the same work.
+KL_FLAGS = {"--use-kl-loss": 0, "--kl-loss-coef": 1, "--kl-loss-type": 1}  # flag -> values it takes
+
+
+def same_work_as_trl(flags: list[str]) -> list[str]:
+    """`flags` without KL_FLAGS (and their values)."""
+    out, skip = [], 0
+    for flag in flags:
+        if skip:
+            skip -= 1
+        elif flag in KL_FLAGS:
+            skip = KL_FLAGS[flag]
+        else:
+            out.append(flag)
+    return out
+
+
 def run_ours(work: Path, hf: Path, train: Path, dist: Path, steps: int, extra: list[str]) -> dict:
     """train.py with the job's flags minus eval and checkpoints, `steps` rollouts, fresh metrics."""
     loop = _load_tool("bench_loop")
@@ -117,7 +136,7 @@ def run_ours(work: Path, hf: Path, train: Path, dist: Path, steps: int, extra: l
     metrics, profile = run_dir / "metrics.jsonl", run_dir / "startup_profile.jsonl"
     metrics.unlink(missing_ok=True)
     profile.unlink(missing_ok=True)
-    cmd = [sys.executable, "train.py", *loop.model_flags(hf), *loop.LOOP_FLAGS, "--hf-checkpoint", str(hf),
+    cmd = [sys.executable, "train.py", *loop.model_flags(hf), *same_work_as_trl(loop.LOOP_FLAGS), "--hf-checkpoint", str(hf),
            "--ref-load", str(dist), "--prompt-data", str(train), "--num-rollout", str(steps),
            "--metrics-dir", str(run_dir), *extra]
     def steps_done() -> int:  # one metrics row per rollout (no eval: no extra final row)

@@ -53,3 +53,14 @@ def test_a_long_run_faster_than_the_short_one_is_flagged():
     result = bench.summarize(runs, 2, 5) | {"load_before": [9.0] * 3, "load_after": [3.0] * 3}
     assert result["ours"]["step"] < 0 and result["ours"]["startup"] == pytest.approx(19.0)
     assert "per-step figures by difference are meaningless" in bench.render(result)
+
+
+def test_our_job_does_the_peers_work_without_a_reference_pass():
+    """TRL runs with beta=0 (no reference model): our flags lose the KL loss and its values, nothing else."""
+    flags = ["--lr", "2e-3", "--use-kl-loss", "--kl-loss-coef", "0.0", "--kl-loss-type", "low_var_kl",
+             "--entropy-coef", "0.0"]
+    assert bench.same_work_as_trl(flags) == ["--lr", "2e-3", "--entropy-coef", "0.0"]
+    loop_flags = load_tool("bench_loop").LOOP_FLAGS
+    kept = bench.same_work_as_trl(loop_flags)
+    assert "--use-kl-loss" in loop_flags and not set(bench.KL_FLAGS) & set(kept)
+    assert len(loop_flags) - len(kept) == 5
