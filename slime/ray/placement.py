@@ -4,8 +4,9 @@ Colocated (`--colocate`): trainer and engines share the first max(actor, rollout
 Disaggregated: actor bundles first, then the critic's (`--advantage-estimator ppo`), then rollout
 bundles. On a machine without GPUs a bundle is one CPU "rank" (a logical CPU of Ray's), so the
 same layout runs on a laptop.
-Bundles are ordered by the node IP, node id and device id an actor inside each bundle reports,
-so rank r of the trainer sits on a predictable device across nodes.
+Bundles are ordered by node IP, node id and device id (GPU bundles: as an actor inside each
+reports them; CPU bundles: from Ray's placement-group and node tables), so rank r of the trainer
+sits on a predictable device across nodes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from dataclasses import dataclass
 
 import ray
-from ray.util.placement_group import placement_group
+from ray.util.placement_group import placement_group, placement_group_table
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from slime.utils.arguments.critic import critic_world_size
@@ -85,9 +86,18 @@ def create_placement(num_bundles: int, use_gpu: bool, timeout: float = 300.0) ->
             f"Ray could not reserve {num_bundles} bundles of {bundle} within {timeout:.0f}s; "
             f"the cluster has {ray.cluster_resources()}"
         )
+    locations = _probed_locations(group, num_bundles) if use_gpu else _table_locations(group, num_bundles)
+    order = sorted(range(num_bundles), key=lambda i: (locations[i], i))
+    logger.info("placement: %s", [(i, locations[i]) for i in order])
+    return JobPlacement(group, order, [locations[i] for i in order], use_gpu)
+
+
+def _probed_locations(group, num_bundles: int) -> list[tuple[str, str, int]]:
+    """(node IP, node id, GPU id) of each bundle, as a `_Probe` actor inside it reports them: the
+    GPU Ray gives a bundle is known only inside it."""
     probes = [
         _Probe.options(
-            num_gpus=0.01 if use_gpu else 0,
+            num_gpus=0.01,
             scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=i),
         ).remote()
         for i in range(num_bundles)
@@ -95,6 +105,14 @@ def create_placement(num_bundles: int, use_gpu: bool, timeout: float = 300.0) ->
     locations = ray.get([p.where.remote() for p in probes])
     for p in probes:
         ray.kill(p)
-    order = sorted(range(num_bundles), key=lambda i: (locations[i], i))
-    logger.info("placement: %s", [(i, locations[i]) for i in order])
-    return JobPlacement(group, order, [locations[i] for i in order], use_gpu)
+    return locations
+
+
+def _table_locations(group, num_bundles: int) -> list[tuple[str, str, int]]:
+    """(node IP, node id, -1) of each CPU bundle, from Ray's placement-group and node tables: no
+    probe actor, whose worker process would be started and killed (on 2 cores, with Ray starting
+    at most 2 workers at a time, that is most of a second of start-up, and the workers Ray starts
+    ahead would go to the probes instead of the job's actors)."""
+    node_of_bundle = placement_group_table(group)["bundles_to_node_id"]
+    address = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    return [(address[node_of_bundle[i]], node_of_bundle[i], -1) for i in range(num_bundles)]

@@ -7,7 +7,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from slime.ray.placement import PlacementPlan, create_placement
+from slime.ray.placement import PlacementPlan, _Probe, create_placement
 
 
 def _args(**kw):
@@ -50,6 +50,9 @@ def test_placement_spans_two_nodes_sorted_by_node(two_node_cluster):
     # sorted: all bundles of one node come before those of the other
     assert node_ids == sorted(node_ids)
     assert sorted(placement.sorted_bundles) == [0, 1, 2, 3]
+    # CPU bundles are located from Ray's tables: what an actor inside each bundle reports
+    probes = [_Probe.options(scheduling_strategy=placement.strategy(position)).remote() for position in range(4)]
+    assert ray.get([p.where.remote() for p in probes]) == placement.locations
 
 
 def test_critic_bundles_sit_between_actor_and_rollout():
