@@ -2,9 +2,11 @@
 
 `MegatronTrainer.train(rollout_id, rollout_data)` runs slime's step: split the rollout into
 global batches and, per batch, this data-parallel rank's samples; compute old (and reference)
-log-probs with forward-only passes; advantages and returns; then for each global batch pack
-micro-batches (fixed `--micro-batch-size` or dynamic by `--max-tokens-per-gpu`), run megatron's
-forward-backward schedule and step the optimizer and LR schedule. Every rank receives the whole
+log-probs with forward-only passes (the old-policy pass is skipped when the train step's forward
+gives its log-probs bit for bit, `old_policy.reuse_blocker`); advantages and returns; then for
+each global batch pack micro-batches (fixed `--micro-batch-size` or dynamic by
+`--max-tokens-per-gpu`), run megatron's forward-backward schedule and step the optimizer and LR
+schedule. Every rank receives the whole
 `rollout_data` dict and picks its share deterministically, so layouts agree by construction.
 """
 
