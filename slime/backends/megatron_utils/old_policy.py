@@ -7,11 +7,14 @@ forward-only pass and the policy loss takes the training forward's log-probs, de
 ones (TRL's GRPOTrainer does the same with one step per generation).
 
 Bit for bit, not "equal up to rounding": on CPU the no-grad eval-mode pass and the training forward
-were compared with `torch.equal` on the tiny MoE (2 gloo ranks, EP=2, several micro-batches) and
-never differed (tests/distributed/test_old_policy_reuse.py keeps checking it). megatron-core 0.16's
-train-only forward branches (dropout, the sinkhorn router) are excluded below (router input
-jitter, random in every forward, is no flag of ours). The equality is not known on CUDA, where kernel choices can depend on the grad mode (torch SDPA's
-backend filters, Transformer Engine's attention backends): there the pass still runs.
+were compared with `torch.equal` on the tiny MoE and never differed: 2 gloo ranks with EP=2 (1-3
+micro-batches per rank, dynamic or fixed), TP=2 with sequence parallel, PP=2, --balance-data,
+full recompute, and the 6-rollout loop of scripts/run-tiny-moe-cpu.sh
+(tests/distributed/test_old_policy_reuse.py keeps checking it). megatron-core 0.16's train-only
+forward branches (dropout, the sinkhorn router) are excluded below (router input jitter, random in
+every forward, is no flag of ours). The equality is not known on CUDA, where kernel choices can
+depend on the grad mode (torch SDPA's backend filters, Transformer Engine's attention backends):
+there the pass still runs.
 
 `reuse_blocker` names the first condition that fails (None: the pass is skipped). Each condition
 is a reader or a producer of the old log-probs that the skip would change.
@@ -44,8 +47,9 @@ _BLOCKERS = (
      lambda a: bool(a.use_dynamic_batch_size) and a.log_probs_max_tokens_per_gpu != a.max_tokens_per_gpu),
     ("dropout: the training forward drops what the eval pass keeps",
      lambda a: bool(a.attention_dropout) or bool(a.hidden_dropout)),
-    ("the sinkhorn router routes differently in training", lambda a: getattr(a, "moe_router_load_balancing_type", None) == "sinkhorn"),
-    ("pipeline or context parallelism (bit equality not checked there)",
+    ("the sinkhorn router routes differently in training",
+     lambda a: getattr(a, "moe_router_load_balancing_type", None) == "sinkhorn"),
+    ("pipeline or context parallelism (not covered by tests/distributed/test_old_policy_reuse.py)",
      lambda a: _size(a, "pipeline_model_parallel_size") > 1 or _size(a, "context_parallel_size") > 1),
 )
 
