@@ -6,8 +6,8 @@ log-probs with forward-only passes (the old-policy pass is skipped when the trai
 gives its log-probs bit for bit, `old_policy.reuse_blocker`); advantages and returns; then for
 each global batch pack micro-batches (fixed `--micro-batch-size` or dynamic by
 `--max-tokens-per-gpu`), run megatron's forward-backward schedule and step the optimizer and LR
-schedule. Every rank receives the whole
-`rollout_data` dict and picks its share deterministically, so layouts agree by construction.
+schedule. Every rank receives the whole `rollout_data` dict and picks its share
+deterministically, so layouts agree by construction.
 """
 
 from __future__ import annotations
