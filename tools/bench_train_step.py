@@ -4,8 +4,9 @@ Usage: `python tools/bench_train_step.py [--hf-dir DIR] [--iterations 5] [--warm
 [--batch 8] [--seq-len 64] [--output bench.json]`. Without `--hf-dir` a tiny Qwen3 MoE is made in
 a temporary folder (tools/make_tiny_model.py). One rank (gloo), fp32, a fixed batch.
 
-- megatron: `MegatronTrainer.train(rollout_id, batch)`: old log-probs (forward only), GRPO
-  advantages, forward/backward, optimizer step (megatron's Adam through DDP).
+- megatron: `MegatronTrainer.train(rollout_id, batch)`: old log-probs (forward only; the pass
+  is forced, where a run of one step per rollout would skip it, so both sides do the same work),
+  GRPO advantages, forward/backward, optimizer step (megatron's Adam through DDP).
 - transformers: the same work with `AutoModelForCausalLM`: a no-grad forward (old log-probs),
   forward/backward of the masked response log-likelihood, `torch.optim.Adam` step.
 
@@ -83,6 +84,7 @@ def megatron_step_times(hf_dir: str, batch: dict, iterations: int, warmup: int) 
         "--micro-batch-size", str(n)])
     initialize_megatron(args, rank=0, world_size=1)
     trainer = MegatronTrainer(args)
+    trainer.reuse_train_log_probs = False  # the old-policy pass runs, as the transformers side's no-grad forward
     cfg = read_hf_config(hf_dir)
     wmap = weight_map_for(cfg, args.make_vocab_size_divisible_by, 1)
     ctx = shard_context_for(trainer.model, cfg.get("num_experts") or 0)

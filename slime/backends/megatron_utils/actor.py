@@ -2,10 +2,12 @@
 
 `MegatronTrainer.train(rollout_id, rollout_data)` runs slime's step: split the rollout into
 global batches and, per batch, this data-parallel rank's samples; compute old (and reference)
-log-probs with forward-only passes; advantages and returns; then for each global batch pack
-micro-batches (fixed `--micro-batch-size` or dynamic by `--max-tokens-per-gpu`), run megatron's
-forward-backward schedule and step the optimizer and LR schedule. Every rank receives the whole
-`rollout_data` dict and picks its share deterministically, so layouts agree by construction.
+log-probs with forward-only passes (the old-policy pass is skipped when the train step's forward
+gives its log-probs bit for bit, `old_policy.reuse_blocker`); advantages and returns; then for
+each global batch pack micro-batches (fixed `--micro-batch-size` or dynamic by
+`--max-tokens-per-gpu`), run megatron's forward-backward schedule and step the optimizer and LR
+schedule. Every rank receives the whole `rollout_data` dict and picks its share
+deterministically, so layouts agree by construction.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from functools import partial
 
 import torch
 
-from slime.backends.megatron_utils import advantage_data, collectives, opd, routing_replay
+from slime.backends.megatron_utils import advantage_data, collectives, old_policy, opd, routing_replay
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
@@ -38,6 +40,10 @@ class MegatronTrainer(DataSplitMixin):
     _pending_save = None  # --async-save: a checkpoint being written in the background (subclasses too)
     _host_reference = None  # reference.HostReference once the reference model's weights moved to the host
     _host_teacher = None  # --opd-type megatron: the teacher's weights on the host (loaded in load_initial_state)
+    # the old-policy pass is skipped when provably redundant (old_policy.py); False forces it (tests)
+    reuse_train_log_probs = True
+    _reuse_old = False  # this rollout's loss takes the training forward's log-probs, detached, as the old ones
+    _reuse_reason = ""  # the last decision's reason, logged when it changes
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -97,17 +103,19 @@ class MegatronTrainer(DataSplitMixin):
     def _fill_log_probs(self, rollout_data: dict, mine: list[int]) -> None:
         """Add per-sample `log_probs` (and `ref_log_probs`) lists to rollout_data for `mine`.
         `--disable-compute-advantages-and-returns` skips the old-policy pass (only the policy loss
-        and the advantages read it). `--custom-megatron-before-log-prob-hook-path` runs before each
+        and the advantages read it); so does `_reuse_old` (its log-probs are the train step's,
+        old_policy.py). `--custom-megatron-before-log-prob-hook-path` runs before each
         pass that runs: store_prefix "" (old policy), "ref_" (the actor's chunks holding the reference
         weights, swapped in from the host) or "teacher_" (--opd-type megatron: the teacher's weights
         swapped in the same way; its log-probs go to `teacher_log_probs`)."""
         n = len(rollout_data["tokens"])
         routing = routing_replay.old_policy_routing(self.args, rollout_data)
-        old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs)
+        old_pass = not (self.args.disable_compute_advantages_and_returns or self.args.use_rollout_logprobs
+                        or self._reuse_old)
         # packed once for both passes, unless routing replay attaches a different routing to each
         share = old_pass and self.has_reference and not self.args.use_routing_replay
         mbs = self.log_prob_micro_batches(rollout_data, mine) if share else None
-        if self.args.disable_compute_advantages_and_returns:
+        if self.args.disable_compute_advantages_and_returns or self._reuse_old:
             pass
         elif self.args.use_rollout_logprobs:
             rollout_data["log_probs"] = [torch.as_tensor(x) for x in rollout_data["rollout_log_probs"]]
@@ -194,7 +202,8 @@ class MegatronTrainer(DataSplitMixin):
         common = dict(loss_masks=mb.loss_masks, response_lengths=lengths, total_lengths=mb.packed.total_lengths)
         if args.loss_type == "sft_loss":
             return fn(log_probs=log_probs, **common, **opts)
-        return fn(log_probs=log_probs, old_log_probs=t["log_probs"], advantages=t["advantages"],
+        old_log_probs = log_probs.detach() if self._reuse_old else t["log_probs"]
+        return fn(log_probs=log_probs, old_log_probs=old_log_probs, advantages=t["advantages"],
                   ref_log_probs=t.get("ref_log_probs"), entropy=entropy,
                   rollout_log_probs=t.get("rollout_log_probs"), **common, **opts)
 
@@ -217,6 +226,7 @@ class MegatronTrainer(DataSplitMixin):
         self.finish_pending_save()  # --async-save: the previous checkpoint was written meanwhile
         steps = self.step_indices(rollout_data)
         mine = sorted(i for step in steps for i in step)
+        self._decide_reuse(len(steps))
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
         opd_metrics = self._opd_metrics(rollout_data, mine) if self.args.use_opd else {}
@@ -242,6 +252,16 @@ class MegatronTrainer(DataSplitMixin):
         if interval and self.has_reference and (rollout_id + 1) % interval == 0:
             self.update_reference_model()
         return metrics
+
+    def _decide_reuse(self, num_steps: int) -> None:
+        """Set `_reuse_old` for this rollout (old_policy.reuse_blocker; the same on every rank)."""
+        reason = old_policy.reuse_blocker(self.args, num_steps, torch.cuda.is_available()) \
+            if self.reuse_train_log_probs else "forced (reuse_train_log_probs is False)"
+        self._reuse_old = reason is None
+        if reason != self._reuse_reason:
+            self._reuse_reason = reason
+            logger.info("old-policy log-prob pass: %s", "skipped, the train step's forward gives its log-probs"
+                        if reason is None else f"runs ({reason})")
 
     def _opd_metrics(self, rollout_data: dict, mine: list[int]) -> dict[str, float]:
         mpu = _mpu()
