@@ -12,7 +12,6 @@ process (the exact launch line, hosts and ports as placeholders) and exits witho
 import contextlib
 import logging
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from slime.utils.arguments import parse_args
 from slime.utils.plan import build_plan, render_plan
@@ -63,10 +62,11 @@ def train(args, early_ray=None) -> None:
 
 def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
-    (default: train) holding the run folders' locks (`slime.utils.run_folder`). megatron-core's
-    config check runs in a thread; with `early_ray` (default: when `loop` is train's) Ray starts
-    meanwhile (`slime.ray.job_ray.RayStart`) and the loop is called as `loop(args, early_ray=...)`;
-    a refusal stops Ray again.
+    (default: train) holding the run folders' locks (`slime.utils.run_folder`). The machine's
+    refusals and megatron-core's config check run in a thread (`slime.utils.startup_checks`);
+    with `early_ray` (default: when `loop` is train's) Ray starts meanwhile
+    (`slime.ray.job_ray.RayStart`) and the loop is called as `loop(args, early_ray=...)`; a refusal
+    stops Ray again.
 
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
     <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
@@ -108,10 +108,11 @@ def _dry_run(entry: str, args) -> int:
     and the SGLang launch lines; nothing is started."""
     from slime.backends.sglang_utils.server_args import dry_run_commands
     from slime.utils.preflight import run_preflight
+    from slime.utils.startup_checks import megatron_configs
 
     if problems := [f.line() for f in run_preflight(args).errors]:
         return _refuse(entry, problems)
-    configs, refused = _megatron_configs(args)
+    configs, refused = megatron_configs(args)
     if refused:
         return _refuse(entry, refused)
     plan = build_plan(args)
@@ -122,24 +123,20 @@ def _dry_run(entry: str, args) -> int:
 
 
 def _checked_run(entry: str, args, loop, early: bool) -> int:
-    """Inside the run folders' locks: the pre-flight, the machine's refusals and megatron-core's
-    checks (in a thread, while Ray starts when `early`), then `loop`."""
-    from slime.utils.arguments import startup_refusals
+    """Inside the run folders' locks: the pre-flight, then the machine's refusals and
+    megatron-core's checks (in a thread, while Ray starts when `early`), then `loop`."""
     from slime.utils.preflight import run_preflight
     from slime.utils.run_folder import claim_run_folder
+    from slime.utils.startup_checks import refusals_in_thread
 
     if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
         return _refuse(entry, problems)
-    if refusals := startup_refusals(args):  # GPU-only features without CUDA, configurations not implemented
-        return _refuse(entry, refusals)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="megatron-config-check") as pool:
-        check = pool.submit(_megatron_configs, args)  # imports megatron-core while Ray starts
-        with _ray_start(args, early) as ray_start:
-            if refused := check.result()[1]:  # megatron-core's own checks, before any process group
-                return _refuse(entry, refused)
-            claim_run_folder(args)
-            mark("flags, pre-flight and megatron config checks done")
-            (loop or train)(args, **({} if ray_start is None else {"early_ray": ray_start}))
+    with refusals_in_thread(args) as check, _ray_start(args, early) as ray_start:  # the checks while Ray starts
+        if refused := check.result():  # before any process group or engine
+            return _refuse(entry, refused)
+        claim_run_folder(args)
+        mark("flags, pre-flight and megatron config checks done")
+        (loop or train)(args, **({} if ray_start is None else {"early_ray": ray_start}))
     return 0
 
 
@@ -150,20 +147,6 @@ def _ray_start(args, early: bool):
     from slime.ray.job_ray import RayStart
 
     return RayStart(args)
-
-
-def _megatron_configs(args) -> tuple[list[tuple[str, str]], list[str]]:
-    """megatron-core's config objects, built as the run builds them (`--dry-run`: as on the GPU):
-    (plan rows, refusal lines naming the flags). Imports torch and megatron-core."""
-    from slime.backends.megatron_utils.lean_import import import_megatron_core
-
-    import_megatron_core()  # first: megatron-core's own imports, at a third of their cost
-    from slime.backends.megatron_utils.config_check import ConfigRefused, check_megatron_configs
-
-    try:
-        return check_megatron_configs(args), []
-    except ConfigRefused as e:
-        return [], [str(e)]
 
 
 def _refuse(entry: str, lines: list[str]) -> int:

@@ -201,3 +201,11 @@ def test_failed_job_is_one_line_with_its_root_cause(job, tmp_path, capsys, caplo
 def test_eval_config_that_is_not_yaml(job, tmp_path, capsys):
     (tmp_path / "eval.yaml").write_text("datasets: [\n  - name: x\n")
     _one_line(*_run(job("--eval-config", str(tmp_path / "eval.yaml")), capsys)[:2], "--eval-config", "not valid YAML")
+
+
+def test_megatron_core_refusal_at_start_up_is_one_line(job, capsys):
+    """The machine's and megatron-core's checks run in a thread (slime.utils.startup_checks): a
+    refusal there is one line naming the flag, exit 2, and the loop never runs."""
+    code, err, ran = _run(job("--moe-permute-fusion"), capsys)
+    _one_line(code, err, "--moe-permute-fusion", "Transformer Engine")
+    assert ran == []
