@@ -46,6 +46,7 @@ def start_ray(args) -> str | None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
                  runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
+        mark("ray started")
         return token
     plan = PlacementPlan.from_args(args)
     prepare_local_ray()
