@@ -63,10 +63,10 @@ def train(args, early_ray=None) -> None:
 def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     """Parse and validate, run the pre-flight; `--dry-run` prints the plan, otherwise run `loop`
     (default: train) holding the run folders' locks (`slime.utils.run_folder`). The machine's
-    refusals and megatron-core's config check run in a thread (`slime.utils.startup_checks`);
-    with `early_ray` (default: when `loop` is train's) Ray starts meanwhile
-    (`slime.ray.job_ray.RayStart`) and the loop is called as `loop(args, early_ray=...)`; a refusal
-    stops Ray again.
+    refusals and megatron-core's config check run in a thread
+    (`slime.backends.megatron_utils.startup_checks`); with `early_ray` (default: when `loop` is
+    train's) Ray starts meanwhile (`slime.ray.job_ray.RayStart`) and the loop is called as
+    `loop(args, early_ray=...)`; a refusal stops Ray again.
 
     Returns the exit code: 0 done, 1 the job failed (one line, root cause first; the traceback in
     <--metrics-dir>/error.log, or raised with `--traceback`), 2 a user mistake: an invalid flag, a
@@ -108,7 +108,7 @@ def _dry_run(entry: str, args) -> int:
     and the SGLang launch lines; nothing is started."""
     from slime.backends.sglang_utils.server_args import dry_run_commands
     from slime.utils.preflight import run_preflight
-    from slime.utils.startup_checks import megatron_configs
+    from slime.backends.megatron_utils.startup_checks import megatron_configs
 
     if problems := [f.line() for f in run_preflight(args).errors]:
         return _refuse(entry, problems)
@@ -127,7 +127,7 @@ def _checked_run(entry: str, args, loop, early: bool) -> int:
     megatron-core's checks (in a thread, while Ray starts when `early`), then `loop`."""
     from slime.utils.preflight import run_preflight
     from slime.utils.run_folder import claim_run_folder
-    from slime.utils.startup_checks import refusals_in_thread
+    from slime.backends.megatron_utils.startup_checks import refusals_in_thread
 
     if problems := [f.line() for f in run_preflight(args).errors]:  # in seconds: before torch is imported
         return _refuse(entry, problems)

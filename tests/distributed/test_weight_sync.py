@@ -197,6 +197,9 @@ def _trainer_worker(rank: int, world: int, port: int, hf_dir: str, urls: list, o
     if rank == 0:
         (Path(out) / "result.json").write_text(json.dumps({"metrics": metrics, "stale": stale}))
     trainer._weight_sender.disconnect()  # the module's engines serve the next test: drop our group
+    # with PP=2 both ranks send and take the lock on rank 0's store: rank 0 must not exit (and end
+    # its store) while rank 1 still releases the lock ("Connection reset by peer", seen under load)
+    torch.distributed.barrier()
     destroy_parallel()
 
 

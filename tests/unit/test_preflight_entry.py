@@ -204,7 +204,7 @@ def test_eval_config_that_is_not_yaml(job, tmp_path, capsys):
 
 
 def test_megatron_core_refusal_at_start_up_is_one_line(job, capsys):
-    """The machine's and megatron-core's checks run in a thread (slime.utils.startup_checks): a
+    """The machine's and megatron-core's checks run in a thread (megatron_utils.startup_checks): a
     refusal there is one line naming the flag, exit 2, and the loop never runs."""
     code, err, ran = _run(job("--moe-permute-fusion"), capsys)
     _one_line(code, err, "--moe-permute-fusion", "Transformer Engine")
