@@ -21,6 +21,8 @@ from slime.rollout.group_requests import per_sample_reason
 from slime.rollout.sglang_rollout import RolloutContext, generate_rollout, sample_seed
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 from slime.utils.types import Sample
+from slime.utils.arguments import parse_args
+from tests.unit.rollout.test_sglang_rollout import N_PROMPTS, N_SAMPLES, rollout_argv
 from tests.unit.rollout.test_sglang_rollout import args, router_with_engine  # noqa: F401 fixtures
 
 CALLS: list = []
@@ -53,12 +55,14 @@ def _same_samples(plain: dict, grouped: dict) -> None:
         assert a.rollout_log_probs == pytest.approx(b.rollout_log_probs, abs=1e-4), f"sample {i}"
 
 
-def test_a_group_request_draws_what_per_sample_requests_draw(args, router_with_engine, spy):
-    """Train and eval rollouts with the flag: the same tokens, rewards and statuses per sample index
-    as without it; one batched body per group, to the engine (not the router), each prompt with
-    its own sample's seed."""
+def test_a_group_request_draws_what_per_sample_requests_draw(tiny_moe_hf, toy_data, router_with_engine, spy):
+    """Train and eval rollouts (3 samples per eval prompt) with the flag: the same tokens, rewards
+    and statuses per sample index as without it; one batched body per group, to the engine (not
+    the router), each prompt with its own sample's seed."""
     router, engine_url = router_with_engine
-    args.rollout_max_response_len = 3
+    args = parse_args(rollout_argv(tiny_moe_hf, toy_data, N_PROMPTS, N_SAMPLES, "--rollout-num-gpus", "1",
+                                   "--sglang-router-ip", router.host, "--sglang-router-port", str(router.port),
+                                   "--n-samples-per-eval-prompt", "3", "--rollout-max-response-len", "3"))
     plain = generate_rollout(args, 5, RolloutDataSourceWithBuffer(args))
     plain_eval = generate_rollout(args, 5, None, evaluation=True)
     assert all(url == router.url for url, _ in spy) and len(spy) > len(plain.samples)
@@ -70,7 +74,9 @@ def test_a_group_request_draws_what_per_sample_requests_draw(args, router_with_e
     _same_samples(_by_index(plain.samples), _by_index(grouped.samples))
     _same_samples(_by_index([plain_eval.data["toy"]["samples"]]), _by_index([grouped_eval.data["toy"]["samples"]]))
     assert plain_eval.data["toy"]["rewards"] == grouped_eval.data["toy"]["rewards"]
-    assert len(train_bodies) == len(grouped.samples) and all(url == engine_url for url, _ in spy)
+    n_eval = len(grouped_eval.data["toy"]["samples"]) // 3
+    assert len(train_bodies) == len(grouped.samples) and len(spy) == len(train_bodies) + n_eval
+    assert all(url == engine_url for url, _ in spy)
     seeds = {p["sampling_seed"] for _, body in train_bodies for p in body["sampling_params"]}
     assert seeds == {sample_seed(args, 5, s) for g in grouped.samples for s in g}
     for _, body in train_bodies:
@@ -91,25 +97,26 @@ def test_a_group_larger_than_the_concurrency_goes_in_chunks(args, spy):
     _same_samples(_by_index(plain.samples), _by_index(grouped.samples))
 
 
-def test_an_aborted_batch_ends_aborted_with_what_it_generated(args, spy):
+def test_an_aborted_batch_ends_aborted_with_what_it_generated(args, router_with_engine, spy):
     """`_abort_engines` while a group's batch is generating: every sample comes back ABORTED, with
-    its partial response and log-probs, unrewarded; a later group sees the abort flag and sends
-    nothing."""
+    the tokens and log-probs it generated so far, unrewarded; a later group sees the abort flag
+    and sends nothing."""
+    _, engine_url = router_with_engine
     args.rollout_group_requests = True
     params = {**sglang_rollout.sampling_params_from_args(args), "max_new_tokens": 480, "ignore_eos": True}
     group = [Sample(prompt="12 mod 2", index=i, group_index=0, label="0") for i in range(4)]
 
     async def run():
         ctx = RolloutContext.create(args, 0)
-        async with ctx:
+        async with ctx, EngineClient(engine_url) as engine:
             task = asyncio.create_task(sglang_rollout.generate_and_rm_group(ctx, group, params))
-            while not spy:  # until the batch has left
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.5)  # and the engine has generated some of it
-            assert not task.done(), "the batch finished before it could be aborted"
+            while (await engine.get_server_info())["running"] < 4:  # until the engine runs the batch
+                assert not task.done(), "the batch finished before it could be aborted"
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
             await sglang_rollout._abort_engines(ctx)
             out = await task
-            late = [Sample(prompt="3 mod 2", index=9, group_index=1, label="1")]
+            late = [Sample(prompt="3 mod 2", index=9, group_index=1, label="1") for _ in range(2)]
             return out, await sglang_rollout.generate_and_rm_group(ctx, late, params)
 
     try:
@@ -118,9 +125,10 @@ def test_an_aborted_batch_ends_aborted_with_what_it_generated(args, spy):
         GenerateState(args).reset()
     assert len(spy) == 1 and len(spy[0][1]["input_ids"]) == 4
     for s in out:
-        assert s.status == Sample.Status.ABORTED and s.reward is None
-        assert 0 < s.response_length < 480 and len(s.rollout_log_probs) == s.response_length
-    assert late[0].status == Sample.Status.ABORTED and late[0].response_length == 0 and len(spy) == 1
+        assert s.status == Sample.Status.ABORTED and s.reward is None, [(s.status, s.response_length) for s in out]
+        assert s.response_length < 480 and len(s.rollout_log_probs) == s.response_length
+        assert s.tokens[:len(s.tokens) - s.response_length] == group[0].tokens[:len(s.tokens) - s.response_length]
+    assert all(s.status == Sample.Status.ABORTED and s.response_length == 0 for s in late) and len(spy) == 1
 
 
 def test_partial_rollout_continues_batched_samples(args):
@@ -172,6 +180,7 @@ def test_per_sample_reasons():
     assert "--custom-generate-function-path" in per_sample_reason(ctx(custom=print), plain)
     assert "generate_function_path" in per_sample_reason(ctx(), [Sample(index=0, generate_function_path="m.f")])
     assert "routing-replay" in per_sample_reason(ctx(use_rollout_routing_replay=True), plain)
+    assert "one sample" in per_sample_reason(ctx(), plain[:1])
 
 
 def _one_group(args, n=2):
