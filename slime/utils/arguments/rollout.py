@@ -109,8 +109,8 @@ def _add_engines(group) -> None:
                        help="Send each prompt group's samples as one batched /generate (each with its own "
                        "sampling seed and budget: the same tokens) straight to an engine the router lists, "
                        "round robin per group, instead of one request per sample through the router. "
-                       "Groups with a custom generate function, and --use-rollout-routing-replay, keep "
-                       "one request per sample.")
+                       "Groups with a custom generate function or of one sample, and "
+                       "--use-rollout-routing-replay, keep one request per sample.")
     group.add_argument("--rollout-log-dir", type=str, default=None,
                        help="Folder for engine and router logs (engine_<rank>.log); default: the actor's stdout.")
 
