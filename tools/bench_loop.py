@@ -48,6 +48,7 @@ LOOP_FLAGS = [
     "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32",
     "--attention-softmax-in-fp32", "--distributed-backend", "gloo", "--seed", "1234",
     "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "1",
+    "--rollout-group-requests",  # one /generate per group, as the script sends (docs/performance.md)
 ]
 # the ranks' own phases (perf/* metrics of a rollout) reported next to the driver's
 RANK_PHASES = ("perf/rollout_time", "perf/log_probs_time", "perf/train_time", "perf/update_weights_time")

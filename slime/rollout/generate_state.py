@@ -11,7 +11,8 @@ rollout flags' defaults; copy before changing), `aborted` (set when the rollout 
 still generating; a custom generate function should then stop and mark its sample aborted),
 `remaining_batch_size` (groups submitted and not filtered out), `pendings` (the set of in-flight
 group tasks), `dp_counts` / `dp_rank` / `dp_rank_context()`, `reset()` and
-`submit_generate_tasks(groups)`. The default rollout shares the semaphore, tokenizer and abort flag
+`submit_generate_tasks(groups)`; ours: `slots(n)` (n of the semaphore's permits at once, for a
+group's batched request). The default rollout shares the semaphore, tokenizer and abort flag
 with this object and calls `reset()` after every train and eval rollout.
 """
 
@@ -82,6 +83,7 @@ class GenerateState:
         self.dp_rank = 0
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop = None
+        self._slots_lock: asyncio.Lock | None = None
         self.reset()
 
     def __reduce__(self):
@@ -104,7 +106,28 @@ class GenerateState:
             loop = self._semaphore_loop
         if self._semaphore is None or loop is not self._semaphore_loop:
             self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.concurrency), loop
+            self._slots_lock = asyncio.Lock()
         return self._semaphore
+
+    @contextlib.asynccontextmanager
+    async def slots(self, n: int):
+        """Hold `n` of the semaphore's permits at once, for one request that carries `n` generations
+        (a group's batched `/generate`). Several-permit acquirers take turns (a lock), so two of them
+        each holding part of what they need cannot wait on each other forever; `n` must be in
+        [1, concurrency] (a larger group is sent in chunks)."""
+        if not 1 <= n <= self.concurrency:
+            raise ValueError(f"{n} permits asked of a semaphore of {self.concurrency} (--sglang-server-concurrency)")
+        semaphore = self.semaphore
+        held = 0
+        try:
+            async with self._slots_lock:
+                for _ in range(n):
+                    await semaphore.acquire()
+                    held += 1
+            yield
+        finally:
+            for _ in range(held):
+                semaphore.release()
 
     def reset(self) -> None:
         """Forget one rollout's progress: nothing pending, nothing aborted (slime's reset)."""

@@ -1,5 +1,6 @@
 """Requests from the rollout to sglang-router: the router's address and client, and the
-fault-tolerant `/generate` send (`--use-fault-tolerance` re-sends a request whose engine died).
+fault-tolerant `/generate` send (`--use-fault-tolerance` re-sends a request whose engine died;
+`send_with_retries` is the same rule for any send, e.g. a group's batch to an engine).
 
 Split out of `slime.rollout.sglang_rollout`, which re-exports the public names.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable, Callable
 
 import aiohttp
 
@@ -50,15 +52,24 @@ def _retryable(exc: BaseException) -> bool:
 async def send_generate(args, client: EngineClient, payload: dict) -> dict:
     """POST /generate once, or with `--use-fault-tolerance` up to FT_MAX_ATTEMPTS times on
     retryable failures (the request is re-sent whole: no partial output was kept)."""
+    return await send_with_retries(args, lambda: client.generate(payload))
+
+
+async def send_with_retries(args, send: Callable[[], Awaitable], on_retry: Callable[[], None] | None = None):
+    """`await send()` once, or with `--use-fault-tolerance` up to FT_MAX_ATTEMPTS times while it
+    fails in a retryable way (connection errors, timeouts, 5xx; exponential backoff between
+    attempts). `on_retry()` runs before each new attempt (e.g. to forget a dead engine's address)."""
     attempts = FT_MAX_ATTEMPTS if getattr(args, "use_fault_tolerance", False) else 1
     attempt = 1
     while True:
         try:
-            return await client.generate(payload)
+            return await send()
         except (EngineHTTPError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if attempt >= attempts or not _retryable(exc):
                 raise
             delay = min(FT_RETRY_BACKOFF_S * 2 ** (attempt - 1), FT_RETRY_BACKOFF_MAX_S)
             logger.warning("generate failed (attempt %d of %d): %s; retrying in %.1fs", attempt, attempts, exc, delay)
             await asyncio.sleep(delay)
+            if on_retry is not None:
+                on_retry()
             attempt += 1

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slime.rollout.direct_engines import DirectEngines
+from slime.rollout.generate_output import apply_generate_output, response_budget
+from slime.rollout.group_requests import generate_group, per_sample_reason
 from slime.rollout.opd_teacher import fetch_teacher_log_probs, needs_teacher
 from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
 from slime.rollout.rm_hub import async_rm, batched_async_rm
@@ -54,7 +56,7 @@ class RolloutContext:
     state: GenerateState
     custom_generate: Callable | None = None
     sample_hooks: list[Callable] = field(default_factory=list)
-    direct: DirectEngines | None = None  # R3 requests bypass the router (direct_engines.py)
+    direct: DirectEngines | None = None  # R3 and group requests bypass the router (direct_engines.py)
     teacher: EngineClient | None = None  # --use-opd --opd-type sglang: the teacher's server (opd_teacher.py)
     _prompt_ids: dict = field(default_factory=dict, repr=False)  # prompt text -> token ids, this rollout's
 
@@ -94,13 +96,17 @@ class RolloutContext:
             await self.teacher.close()
         await self.client.close()
 
+    def direct_engines(self) -> DirectEngines:
+        """Round-robin clients of the router's engines, for requests the router cannot carry."""
+        if self.direct is None:
+            self.direct = DirectEngines(self.client)
+        return self.direct
+
     async def generate_client(self, payload: dict) -> EngineClient:
         """The router, or an engine for a request the router would strip (routed experts)."""
         if not payload.get("return_routed_experts"):
             return self.client
-        if self.direct is None:
-            self.direct = DirectEngines(self.client)
-        return await self.direct.pick()
+        return await self.direct_engines().pick()
 
     @classmethod
     def create(cls, args, rollout_id=None) -> "RolloutContext":
@@ -132,18 +138,6 @@ def _maybe_load(path):
     return load_function(path) if path else None
 
 
-def response_budget(args, sample: Sample, max_new_tokens: int) -> int:
-    """New tokens this request may generate: what is left of ``max_new_tokens`` after the response
-    so far (a partial rollout continues), cut so that prompt + response fit
-    ``--rollout-max-context-len`` when it is set (slime: ``min(max_new_tokens, context - len(tokens))``).
-    <= 0 means the sample is already at a limit (it is marked truncated, nothing is sent)."""
-    budget = max_new_tokens - sample.response_length
-    context = getattr(args, "rollout_max_context_len", None)
-    if context is not None:
-        budget = min(budget, context - len(sample.tokens))
-    return budget
-
-
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
     """Generate (or, for a partially generated sample, continue) one response via `/generate`.
 
@@ -165,14 +159,7 @@ async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutC
                                        return_logprob=True,
                                        return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
     output = await send_generate(args, await ctx.generate_client(payload), payload)
-    meta = output["meta_info"]
-    Sample.status_from_finish_reason(meta["finish_reason"]["type"])  # an unknown reason raises
-    if payload.get("return_routed_experts"):  # the whole sequence's routing replaces an earlier turn's
-        sample.rollout_routed_experts = None
-    pairs = meta["output_token_logprobs"]
-    sample.append_response_tokens(args, tokens=[int(p[1]) for p in pairs], log_probs=[float(p[0]) for p in pairs],
-                                  text=output["text"], meta_info=meta)
-    return sample
+    return apply_generate_output(args, sample, output, routed_experts=bool(payload.get("return_routed_experts")))
 
 
 async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):
@@ -198,6 +185,12 @@ async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation
             samples = await call_custom_generate(custom, args, sample, sampling_params, evaluation)
         else:
             samples = [await generate(args, sample, sampling_params, ctx=ctx)]
+    return await _after_generate(ctx, samples, evaluation)
+
+
+async def _after_generate(ctx: RolloutContext, samples: list[Sample], evaluation: bool) -> list[Sample]:
+    """What follows one sample's generation: sample hooks, the teacher's log-probs, the reward."""
+    args = ctx.args
     for i, s in enumerate(samples):
         for hook in ctx.sample_hooks:
             s = await call_sample_hook(hook, args, s, rollout_id=ctx.rollout_id, evaluation=evaluation)
@@ -211,13 +204,34 @@ async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation
     return samples
 
 
+async def _generate_and_rm_batched(ctx: RolloutContext, group: list[Sample], params: list[dict],
+                                   evaluation: bool) -> list[list[Sample]]:
+    """`generate_and_rm` for every sample of `group`, its generation done by one batched request
+    (`group_requests.generate_group`): per sample, the same result as the per-sample path."""
+    results: list[list[Sample]] = [[s] for s in group]
+    todo = [i for i, s in enumerate(group) if s.status not in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)]
+    if not todo:  # all finished before an abort sent the group back (--partial-rollout)
+        return results
+    went = await generate_group(ctx, [group[i] for i in todo], [params[i] for i in todo])
+    generated = [i for i, ok in zip(todo, went) if ok]
+    after = await asyncio.gather(*(_after_generate(ctx, [group[i]], evaluation) for i in generated))
+    for i, samples in zip(generated, after):
+        results[i] = samples
+    return results
+
+
 async def generate_and_rm_group(ctx, group: list[Sample], sampling_params: dict, evaluation: bool = False) -> list[Sample]:
     """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together.
-    `ctx` may be `args` (slime's signature): a short-lived context is made for the call."""
+    With `--rollout-group-requests` the group's generation is one batched request to an engine
+    unless `group_requests.per_sample_reason` says why it cannot be. `ctx` may be `args` (slime's
+    signature): a short-lived context is made for the call."""
     if not isinstance(ctx, RolloutContext):
         return await _with_context(ctx, generate_and_rm_group, group, sampling_params, evaluation)
     params = [{**sampling_params, "sampling_seed": sample_seed(ctx.args, ctx.rollout_id, s)} for s in group]
-    results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
+    if per_sample_reason(ctx, group) is None:
+        results = await _generate_and_rm_batched(ctx, group, params, evaluation)
+    else:
+        results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
     samples = [s for r in results for s in r]
     if ctx.args.group_rm and not any(s.status == Sample.Status.ABORTED for s in samples):
         rewards = await batched_async_rm(ctx.args, samples)

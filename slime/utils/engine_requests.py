@@ -28,6 +28,19 @@ def generate(input_ids: list, sampling_params: dict, return_logprob: bool = Fals
     return body
 
 
+def generate_batch(input_ids: list[list[int]], sampling_params: list[dict], return_logprob: bool = False) -> dict:
+    """POST /generate with several prompts -> one batched `GenerateReqInput`: `input_ids` a list of
+    token-id lists and `sampling_params` a list with one dict per prompt (SGLang's
+    `_normalize_sampling_params` keeps a list as given, so every prompt has its own seed and budget).
+    The answer is a list with one result per prompt, in order. sglang-router 0.3.2 refuses a list
+    of sampling params (422): send this body to an engine directly."""
+    if not input_ids or len(input_ids) != len(sampling_params):
+        raise ValueError(f"a batched /generate needs one sampling_params dict per prompt and at least one prompt; "
+                         f"got {len(input_ids)} prompt(s) and {len(sampling_params)} dict(s)")
+    return {"input_ids": [list(ids) for ids in input_ids], "sampling_params": list(sampling_params),
+            "return_logprob": return_logprob}
+
+
 def init_weights_update_group(master_address: str, master_port: int, rank_offset: int, world_size: int,
                               group_name: str, backend: str = "nccl") -> dict:
     """POST /init_weights_update_group -> `InitWeightsUpdateGroupReqInput`."""

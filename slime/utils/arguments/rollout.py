@@ -105,6 +105,12 @@ def _add_engines(group) -> None:
     group.add_argument("--rollout-engine", type=str, choices=("auto", "local", "sglang"), default="auto",
                        help="Rollout engine: SGLang servers, our local SGLang-compatible engine, or auto "
                             "(SGLang when the rollout bundles have GPUs and sglang imports, else local).")
+    group.add_argument("--rollout-group-requests", action="store_true", default=False,
+                       help="Send each prompt group's samples as one batched /generate (each with its own "
+                       "sampling seed and budget: the same tokens) straight to an engine the router lists, "
+                       "round robin per group, instead of one request per sample through the router. "
+                       "Groups with a custom generate function or of one sample, and "
+                       "--use-rollout-routing-replay, keep one request per sample.")
     group.add_argument("--rollout-log-dir", type=str, default=None,
                        help="Folder for engine and router logs (engine_<rank>.log); default: the actor's stdout.")
 
@@ -144,6 +150,8 @@ def validate(args: argparse.Namespace) -> list[str]:
     needs --rollout-skip-special-tokens;
     --over-sampling-batch-size defaults to --rollout-batch-size and may not be smaller;
     --rollout-max-prompt-len < --rollout-max-context-len; --update-weights-interval 1 with --colocate;
+    --rollout-group-requests with --custom-generate-function-path or --use-rollout-routing-replay warns
+    that it has no effect;
     --hf-checkpoint is required (unless --dry-run or --debug-train-only) and must exist; its
     config.json, when present, must agree with MODEL_ARGS (hf_config.check_hf_config)."""
     warnings: list[str] = []
@@ -172,5 +180,19 @@ def validate(args: argparse.Namespace) -> list[str]:
     require(args.update_weights_interval == 1 or not args.colocate,
             f"--update-weights-interval {args.update_weights_interval} needs 1 with --colocate (the engines give "
             "their weights' memory to the trainer and get them back by the sync after every rollout)")
+    _validate_group_requests(args, warnings)
     _validate_hf_checkpoint(args, warnings)
     return warnings
+
+
+def _validate_group_requests(args: argparse.Namespace, warnings: list[str]) -> None:
+    """--rollout-group-requests is read by the default rollout's group generation only."""
+    if not args.rollout_group_requests:
+        return
+    idle = []
+    if args.custom_generate_function_path:
+        idle.append(f"--custom-generate-function-path {args.custom_generate_function_path} generates every sample")
+    if getattr(args, "use_rollout_routing_replay", False):
+        idle.append("--use-rollout-routing-replay asks each request for routed experts")
+    if idle:
+        warnings.append("--rollout-group-requests has no effect: " + "; ".join(idle) + " (one request per sample)")

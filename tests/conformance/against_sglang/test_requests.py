@@ -136,6 +136,35 @@ def test_generate_body_passes_sglangs_json_contract(sglang_version):
     assert generate_contract_error(json.loads(json.dumps(body))) is None
 
 
+def test_group_batch_body_keeps_each_samples_sampling_params(sglang_version):
+    """--rollout-group-requests' body (`engine_requests.generate_batch`: a list of token-id lists,
+    one sampling-params dict per prompt, each with its own seed and budget) -> a batched
+    GenerateReqInput whose normalisation gives prompt i its own params (SGLang's
+    `_normalize_sampling_params` keeps a list), each a valid SamplingParams; and it passes 0.5.23's
+    JSON contract gate."""
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    base = sampling_params_from_args(_rollout_args())
+    params = [{**base, "sampling_seed": 11, "max_new_tokens": 5}, {**base, "sampling_seed": 12, "max_new_tokens": 3}]
+    body = bodies.generate_batch([[5, 6, 7], [5, 6, 7, 8]], params, return_logprob=True)
+    obj = parse("GenerateReqInput", body)
+    obj.normalize_batch_and_arguments()
+    assert obj.is_single is False and obj.batch_size == 2
+    for i, (ids, expected) in enumerate(zip(body["input_ids"], params)):
+        item = obj[i]
+        assert item.input_ids == ids and item.return_logprob is True and item.sampling_params == expected
+        sampling = SamplingParams(**item.sampling_params)
+        sampling.normalize(_Tokenizer())
+        sampling.verify(1000)
+        assert sampling.sampling_seed == expected["sampling_seed"]
+        assert sampling.max_new_tokens == expected["max_new_tokens"]
+    try:
+        from sglang.srt.entrypoints.api_contract import generate_contract_error
+    except ImportError:
+        return  # 0.5.15.post1: no contract gate
+    assert generate_contract_error(json.loads(json.dumps(body))) is None
+
+
 def test_routed_experts_request_parses_and_passes_the_contract(sglang_version):
     """R3's /generate body asks for routed experts: a GenerateReqInput field on both releases (the
     whole sequence: routed_experts_start_len stays 0), accepted by 0.5.23's JSON contract gate."""

@@ -96,3 +96,15 @@ def test_exceptions_that_cross_ray_pickle(error):
     assert {k: getattr(back, k) for k in fields} == fields
     if isinstance(error, TrainerRankError):
         assert [(r, str(e)) for r, e in back.failures] == [(r, str(e)) for r, e in error.failures]
+
+
+def test_a_batched_generate_body_has_one_params_dict_per_prompt():
+    from slime.utils import engine_requests
+
+    body = engine_requests.generate_batch([[1, 2], [3]], [{"sampling_seed": 1}, {"sampling_seed": 2}], True)
+    assert body == {"input_ids": [[1, 2], [3]], "sampling_params": [{"sampling_seed": 1}, {"sampling_seed": 2}],
+                    "return_logprob": True}
+    with pytest.raises(ValueError, match="one sampling_params dict per prompt"):
+        engine_requests.generate_batch([[1, 2], [3]], [{"sampling_seed": 1}])
+    with pytest.raises(ValueError, match="at least one prompt"):
+        engine_requests.generate_batch([], [])
