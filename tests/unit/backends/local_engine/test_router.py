@@ -5,10 +5,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
 
+from slime.backends.sglang_utils.router import list_workers
 from slime.utils.engine_client import wait_until_healthy
 from tests.unit.backends.local_engine.conftest import free_port
 
@@ -25,6 +27,10 @@ def router_url(engine_factory, tiny_moe_hf, tmp_path_factory):
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_healthy(f"http://127.0.0.1:{port}", timeout=60, process=proc)
+        deadline = time.monotonic() + 60  # /health can answer before --worker-urls is registered
+        while engine_url not in list_workers(f"http://127.0.0.1:{port}"):
+            assert time.monotonic() < deadline, f"the router never listed {engine_url}"
+            time.sleep(0.1)
         yield f"http://127.0.0.1:{port}", engine_url
     finally:
         if proc.poll() is None:
