@@ -97,9 +97,13 @@ def _launch_local(args, *, engine_rank: int, host: str, port: int, num_threads: 
                   log_path: str | None, group_hosts: tuple[str, ...] | None = None, **_sglang_only) -> subprocess.Popen:
     """Our SGLang-compatible server on `args.hf_checkpoint` (CPU, or CUDA when the bundle has a
     GPU), with the job's key (inherited `$SLIME_API_KEY`), disk updates only from the job's
-    folders and rendezvous only towards `group_hosts` (the trainer's addresses)."""
+    folders and rendezvous only towards `group_hosts` (the trainer's addresses).
+    `--sglang-max-running-requests` caps its batch as it caps SGLang's (1: one request per
+    forward, which makes rollout log-probs independent of which requests arrive together)."""
     on_gpu = bool(ray.get_gpu_ids())
     extra = ["--num-threads", num_threads, "--random-seed", int(getattr(args, "seed", 0) or 0) + engine_rank]
+    if getattr(args, "sglang_max_running_requests", None):
+        extra += ["--max-running-requests", args.sglang_max_running_requests]
     return launch_local_engine(
         args.hf_checkpoint, port, host=host, dtype="bfloat16" if on_gpu else "float32",
         device="cuda" if on_gpu else "cpu", extra_args=extra, timeout=args.engine_start_timeout,

@@ -116,3 +116,16 @@ def test_local_engine_start_timeout_comes_from_the_flag(monkeypatch):
     args = argparse.Namespace(hf_checkpoint="/m", seed=1, engine_start_timeout=1234.0)
     engines._launch_local(args, engine_rank=0, host="127.0.0.1", port=1, num_threads=1, log_path=None)
     assert seen["timeout"] == 1234.0
+
+
+def test_local_engine_takes_the_sglang_batch_cap(monkeypatch):
+    """--sglang-max-running-requests reaches the local engine's --max-running-requests (unset: its default)."""
+    seen = {}
+    monkeypatch.setattr(engines, "launch_local_engine", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(engines.ray, "get_gpu_ids", lambda: [])
+    for cap, expected in ((None, None), (1, 1)):
+        args = argparse.Namespace(hf_checkpoint="/m", seed=1, engine_start_timeout=60.0, sglang_max_running_requests=cap)
+        engines._launch_local(args, engine_rank=0, host="127.0.0.1", port=1, num_threads=1, log_path=None)
+        extra = list(seen["extra_args"])
+        got = extra[extra.index("--max-running-requests") + 1] if "--max-running-requests" in extra else None
+        assert got == expected
