@@ -5,7 +5,7 @@
 # Task: "<n> mod 2" -> "0"/"1"; the answer is one token, so --rollout-max-response-len 1 and the
 # `math` reward's exact match on that token is the whole check (the response is cut after it, so
 # samples end TRUNCATED by design; no <|im_end|> is asked for). Mean reward starts near 1/128.
-# Seen on 2 CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts; about 71 s
+# Seen on 2 CPU cores: reward >= 0.9 from rollout ~60, eval 0.99 after 80 rollouts; 71-83 s
 # once .venv is installed on idle cores (first rollout at 13-15 s), several times that on busy ones.
 #
 # TASK=parity_twice picks the multi-token task: "<n> mod 2 twice" -> "00"/"11" and then <|im_end|>
