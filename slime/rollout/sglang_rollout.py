@@ -9,7 +9,7 @@ later. Eval rollouts run every dataset of `args.eval_datasets` (`--eval-config` 
 
 The engines may be real SGLang servers or our local engine: both speak the same API, reached
 through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
-Per-rollout state lives in a `RolloutContext`; what slime keeps per job (tokenizer, semaphore,
+Per-rollout state lives in a `RolloutContext` (`slime.rollout.rollout_context`); what slime keeps per job (tokenizer, semaphore,
 abort flag, pending groups) is the job's `GenerateState(args)`, which the context shares and the
 rollout resets when it ends (`slime.rollout.generate_state`).
 """
@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Callable
 
-from slime.rollout.direct_engines import DirectEngines
 from slime.rollout.generate_output import apply_generate_output, response_budget
 from slime.rollout.group_requests import generate_group, per_sample_reason
 from slime.rollout.opd_teacher import fetch_teacher_log_probs, needs_teacher
 from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
 from slime.rollout.rm_hub import async_rm, batched_async_rm
-from slime.rollout.router_requests import send_generate, router_client
-from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_url  # noqa: F401 re-exported
+from slime.rollout.rollout_context import RolloutContext, maybe_load
+from slime.rollout.router_requests import send_generate
+from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_client, router_url  # noqa: F401 re-exported
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows
@@ -45,97 +43,10 @@ from slime.utils.plugins import (
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 
-@dataclass
-class RolloutContext:
-    """Everything one rollout call shares: the job's `GenerateState` (tokenizer, concurrency,
-    abort flag), the router client and the plugins."""
-
-    args: object
-    rollout_id: int | None
-    client: EngineClient
-    state: GenerateState
-    custom_generate: Callable | None = None
-    sample_hooks: list[Callable] = field(default_factory=list)
-    direct: DirectEngines | None = None  # R3 and group requests bypass the router (direct_engines.py)
-    teacher: EngineClient | None = None  # --use-opd --opd-type sglang: the teacher's server (opd_teacher.py)
-    _prompt_ids: dict = field(default_factory=dict, repr=False)  # prompt text -> token ids, this rollout's
-
-    @property
-    def tokenizer(self):
-        return self.state.tokenizer
-
-    def prompt_ids(self, prompt) -> list[int]:
-        """`prompt`'s token ids (no special tokens added), a fresh list; a text prompt is tokenized
-        once per rollout call, since the `--n-samples-per-prompt` samples of a group share it."""
-        if not isinstance(prompt, str):
-            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if prompt not in self._prompt_ids:
-            self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        return list(self._prompt_ids[prompt])
-
-    @property
-    def semaphore(self) -> asyncio.Semaphore:
-        return self.state.semaphore
-
-    @property
-    def aborted(self) -> bool:
-        """The job's abort flag (`GenerateState.aborted`), seen by custom generate functions too."""
-        return self.state.aborted
-
-    @aborted.setter
-    def aborted(self, value: bool) -> None:
-        self.state.aborted = value
-
-    async def __aenter__(self) -> "RolloutContext":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        if self.direct is not None:
-            await self.direct.close()
-        if self.teacher is not None:
-            await self.teacher.close()
-        await self.client.close()
-
-    def direct_engines(self) -> DirectEngines:
-        """Round-robin clients of the router's engines, for requests the router cannot carry."""
-        if self.direct is None:
-            self.direct = DirectEngines(self.client)
-        return self.direct
-
-    async def generate_client(self, payload: dict) -> EngineClient:
-        """The router, or an engine for a request the router would strip (routed experts)."""
-        if not payload.get("return_routed_experts"):
-            return self.client
-        return await self.direct_engines().pick()
-
-    @classmethod
-    def create(cls, args, rollout_id=None) -> "RolloutContext":
-        return cls(
-            args=args,
-            rollout_id=rollout_id,
-            client=router_client(args),
-            state=GenerateState(args),
-            custom_generate=_maybe_load(args.custom_generate_function_path),
-            sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
-            teacher=_teacher_client(args),
-        )
-
-
-def _teacher_client(args) -> EngineClient | None:
-    if not (getattr(args, "use_opd", False) and args.opd_type == "sglang"):
-        return None
-    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
-    return EngineClient(args.opd_teacher_url, timeout=float(timeout))
-
-
 def sample_seed(args, rollout_id, sample: Sample) -> int:
     """Per-request sampling seed from `--rollout-seed`, the rollout id and the sample index, so a
     resumed run draws the same responses as an uninterrupted one (engines that honour seeds)."""
     return (args.rollout_seed * 1_000_003 + (rollout_id or 0) * 10_007 + (sample.index or 0)) % (2**31)
-
-
-def _maybe_load(path):
-    return load_function(path) if path else None
 
 
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
@@ -270,7 +181,7 @@ async def generate_rollout_async(args, rollout_id: int, data_source) -> tuple[li
 async def _collect_groups(ctx: RolloutContext, data_source) -> tuple[list[list[Sample]], dict]:
     args, state = ctx.args, ctx.state
     params = sampling_params_from_args(args)
-    dyn_filter = _maybe_load(args.dynamic_sampling_filter_path)
+    dyn_filter = maybe_load(args.dynamic_sampling_filter_path)
     target, batch = args.rollout_batch_size, args.over_sampling_batch_size or args.rollout_batch_size
     pending: dict[asyncio.Task, int] = {}
     kept: list[tuple[int, list[Sample]]] = []
