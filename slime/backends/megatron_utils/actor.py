@@ -42,8 +42,7 @@ class MegatronTrainer(DataSplitMixin):
     _host_teacher = None  # --opd-type megatron: the teacher's weights on the host (loaded in load_initial_state)
     # the old-policy pass is skipped when provably redundant (old_policy.py); False forces it (tests)
     reuse_train_log_probs = True
-    _reuse_old = False  # this rollout's loss takes the training forward's log-probs, detached, as the old ones
-    _reuse_reason = ""  # the last decision's reason, logged when it changes
+    _reuse_reason: str | None = ""  # this rollout's decision: None = skipped, else why the pass runs ("": none yet)
 
     def __init__(self, args, with_ref: bool | None = None):
         self.args = args
@@ -226,7 +225,8 @@ class MegatronTrainer(DataSplitMixin):
         self.finish_pending_save()  # --async-save: the previous checkpoint was written meanwhile
         steps = self.step_indices(rollout_data)
         mine = sorted(i for step in steps for i in step)
-        self._decide_reuse(len(steps))
+        self._reuse_reason = old_policy.decide(self.args, len(steps), torch.cuda.is_available(), self._reuse_reason,
+                                               forced=not self.reuse_train_log_probs)  # the same on every rank
         self._fill_log_probs(rollout_data, mine)
         log_probs_seconds = time.monotonic() - start
         opd_metrics = self._opd_metrics(rollout_data, mine) if self.args.use_opd else {}
@@ -253,15 +253,10 @@ class MegatronTrainer(DataSplitMixin):
             self.update_reference_model()
         return metrics
 
-    def _decide_reuse(self, num_steps: int) -> None:
-        """Set `_reuse_old` for this rollout (old_policy.reuse_blocker; the same on every rank)."""
-        reason = old_policy.reuse_blocker(self.args, num_steps, torch.cuda.is_available()) \
-            if self.reuse_train_log_probs else "forced (reuse_train_log_probs is False)"
-        self._reuse_old = reason is None
-        if reason != self._reuse_reason:
-            self._reuse_reason = reason
-            logger.info("old-policy log-prob pass: %s", "skipped, the train step's forward gives its log-probs"
-                        if reason is None else f"runs ({reason})")
+    @property
+    def _reuse_old(self) -> bool:
+        """This rollout's loss takes the training forward's log-probs, detached, as the old ones."""
+        return self._reuse_reason is None
 
     def _opd_metrics(self, rollout_data: dict, mine: list[int]) -> dict[str, float]:
         mpu = _mpu()
@@ -295,29 +290,11 @@ class MegatronTrainer(DataSplitMixin):
         if ok:
             state.scheduler.step(increment=1)
         self.step_id += 1
-        metrics = self._reduce_metrics(outputs, norm)
+        metrics = ts.reduce_step_metrics(outputs, norm)
         metrics["train/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         metrics["train/lr"] = lr
         metrics["train/skipped_step"] = float(not ok)
         return metrics
-
-    def _reduce_metrics(self, outputs: list, norm: float) -> dict[str, float]:
-        """Sum micro-batch metric sums over DP on the last stage, divide by the batch
-        normaliser, and broadcast from the last pipeline stage to every stage."""
-        mpu = _mpu()
-        names = sorted(outputs[0]["metrics"]) if outputs else []
-        src = mpu.get_pipeline_model_parallel_last_rank()
-        pp_group = mpu.get_pipeline_model_parallel_group()
-        count = collectives.broadcast(collectives.device_tensor([len(names)], dtype=torch.long), src, pp_group)
-        values = torch.zeros(int(count), dtype=torch.float64)
-        if mpu.is_pipeline_last_stage():
-            for out in outputs:
-                values += torch.stack([out["metrics"][k].detach().double().cpu() for k in names])
-            values = collectives.all_reduce(collectives.to_device(values), group=mpu.get_data_parallel_group())
-            values = values / norm
-        values = collectives.broadcast(collectives.to_device(values), src, pp_group)
-        names = collectives.broadcast_object_list([names], src, pp_group)[0]
-        return {f"train/{k}": float(v) for k, v in zip(names, values.tolist())}
 
     def ppo_kl_inputs(self, num_samples: int) -> dict:
         """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all

@@ -207,7 +207,7 @@ class MegatronCritic(MegatronTrainer):
         if ok:
             state.scheduler.step(increment=1)
         self.step_id += 1
-        metrics = {k.replace("train/", "critic/", 1): v for k, v in self._reduce_metrics(outputs, norm).items()}
+        metrics = {k.replace("train/", "critic/", 1): v for k, v in ts.reduce_step_metrics(outputs, norm).items()}
         metrics["critic/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         metrics["critic/lr"] = lr
         return metrics

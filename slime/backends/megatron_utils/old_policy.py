@@ -22,6 +22,10 @@ is a reader or a producer of the old log-probs that the skip would change.
 
 from __future__ import annotations
 
+import logging
+
+logger = logging.getLogger(__name__)
+
 
 def _size(args, name: str) -> int:
     return int(getattr(args, name, 1) or 1)
@@ -68,3 +72,13 @@ def reuse_blocker(args, num_steps: int, on_cuda: bool) -> str | None:
         if blocks(args):
             return reason
     return None
+
+
+def decide(args, num_steps: int, on_cuda: bool, previous: str | None, forced: bool = False) -> str | None:
+    """`reuse_blocker`'s answer for this rollout (`forced`: the pass runs whatever it says), logged
+    when it differs from the `previous` rollout's."""
+    reason = "forced (reuse_train_log_probs is False)" if forced else reuse_blocker(args, num_steps, on_cuda)
+    if reason != previous:
+        logger.info("old-policy log-prob pass: %s", "skipped, the train step's forward gives its log-probs"
+                    if reason is None else f"runs ({reason})")
+    return reason

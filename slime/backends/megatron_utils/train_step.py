@@ -23,9 +23,10 @@ from typing import Callable
 
 import torch
 
-from slime.backends.megatron_utils import routing_replay
+from slime.backends.megatron_utils import collectives, routing_replay
 from slime.backends.megatron_utils.logprobs import chunked_log_probs, gather_context_parallel
 from slime.backends.megatron_utils.packing import PackedBatch, pack_sequences, packed_seq_params
+from slime.backends.megatron_utils.parallel import megatron_parallel_state
 
 
 @dataclass
@@ -170,3 +171,22 @@ def train_loss_fn(mb: MicroBatch, logits: torch.Tensor, *, compute_loss: Callabl
     metrics = {k: v.detach().float() for k, v in metrics.items()}
     metrics["loss"] = loss.detach().float()
     return megatron_loss_output(loss, mb, {"metrics": metrics}, scale=scale, per_token=per_token)
+
+
+def reduce_step_metrics(outputs: list, norm: float) -> dict[str, float]:
+    """Sum micro-batch metric sums over DP on the last stage, divide by the batch
+    normaliser, and broadcast from the last pipeline stage to every stage."""
+    mpu = megatron_parallel_state()
+    names = sorted(outputs[0]["metrics"]) if outputs else []
+    src = mpu.get_pipeline_model_parallel_last_rank()
+    pp_group = mpu.get_pipeline_model_parallel_group()
+    count = collectives.broadcast(collectives.device_tensor([len(names)], dtype=torch.long), src, pp_group)
+    values = torch.zeros(int(count), dtype=torch.float64)
+    if mpu.is_pipeline_last_stage():
+        for out in outputs:
+            values += torch.stack([out["metrics"][k].detach().double().cpu() for k in names])
+        values = collectives.all_reduce(collectives.to_device(values), group=mpu.get_data_parallel_group())
+        values = values / norm
+    values = collectives.broadcast(collectives.to_device(values), src, pp_group)
+    names = collectives.broadcast_object_list([names], src, pp_group)[0]
+    return {f"train/{k}": float(v) for k, v in zip(names, values.tolist())}
