@@ -232,6 +232,17 @@ def _weight_routes(engine: Engine, guard: Guard) -> list:
         n = await asyncio.to_thread(w.update_from_tensor, tensors, body.get("load_format"), body.get("weight_version"))
         return _ok(f"loaded {n} tensors", weight_version=w.version)
 
+    return [
+        ("/update_weights_from_disk", ["POST"], from_disk), ("/init_weights_update_group", ["POST"], init_group),
+        ("/update_weights_from_distributed", ["POST"], from_distributed),
+        ("/destroy_weights_update_group", ["POST"], destroy_group),
+        ("/update_weights_from_tensor", ["POST"], from_tensor),
+    ]
+
+
+def _session_and_memory_routes(engine: Engine) -> list:
+    w = engine.weights
+
     async def begin(_request: HTTPRequest):
         w.begin_session()
         return _ok("Success")
@@ -251,10 +262,6 @@ def _weight_routes(engine: Engine, guard: Guard) -> list:
         return _ok("memory resumed")
 
     return [
-        ("/update_weights_from_disk", ["POST"], from_disk), ("/init_weights_update_group", ["POST"], init_group),
-        ("/update_weights_from_distributed", ["POST"], from_distributed),
-        ("/destroy_weights_update_group", ["POST"], destroy_group),
-        ("/update_weights_from_tensor", ["POST"], from_tensor),
         ("/begin_weight_update", ["POST"], begin), ("/end_weight_update", ["POST"], end),
         ("/release_memory_occupation", ["POST"], release), ("/resume_memory_occupation", ["POST"], resume),
     ]
@@ -270,7 +277,8 @@ def build_app(engine: Engine, guard: Guard | None = None) -> FastAPI:
     starts/stops the engine's scheduler)."""
     guard = guard or Guard()
     app = FastAPI(title="slime local engine")
-    routes = _generation_routes(engine) + _control_routes(engine) + _info_routes(engine) + _weight_routes(engine, guard)
+    routes = (_generation_routes(engine) + _control_routes(engine) + _info_routes(engine) + _weight_routes(engine, guard)
+              + _session_and_memory_routes(engine))
     for path, methods, handler in routes:
         app.add_api_route(path, handler, methods=methods)
     app.add_exception_handler(RequestError, _client_error)
