@@ -123,7 +123,9 @@ def quantize_block(weight: torch.Tensor, block_size, ue8m0: bool = False) -> tup
     padded[:n, :k] = weight.float()
     blocks = padded.view(rows, bn, cols, bk)
     amax = blocks.abs().amax(dim=(1, 3))
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # a tensor divisor: CUDA divides by a Python scalar as a multiply by its reciprocal, which
+    # is not the CPU's correctly rounded quotient (a scale 1 ulp off, seen on an H100)
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
     if ue8m0:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
