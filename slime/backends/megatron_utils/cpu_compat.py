@@ -5,13 +5,16 @@ is patched at import time: backend initialisation calls ``apply_cpu_compat()`` w
 ``torch.cuda.is_available()`` is false. Each patch is a small function with a
 docstring saying why it is needed, which upstream version needs it and when it can
 go; each is idempotent (applying twice is a no-op) and reports whether it changed
-anything. Verified against megatron-core 0.16.1 on torch 2.13.0+cpu.
+anything. Verified against megatron-core 0.16.1 on torch 2.13.0+cpu. What breaks for
+want of Transformer Engine or Apex rather than of CUDA is in ``te_absent`` (applied on
+GPU machines too; ``apply_cpu_compat`` applies it first).
 """
 
-import importlib.util
 import logging
 
 import torch
+
+from slime.backends.megatron_utils.te_absent import apply_te_absent_patches
 
 logger = logging.getLogger(__name__)
 
@@ -96,23 +99,6 @@ def patch_rng_tracker() -> bool:
     return True
 
 
-def patch_te_general_gemm() -> bool:
-    """Define ``moe_utils.te_general_gemm = None`` when Transformer Engine is absent.
-
-    Why: megatron-core 0.16.1 imports ``te_general_gemm`` inside a ``try`` in
-    ``transformer/moe/moe_utils.py`` and leaves the name undefined on ImportError, but
-    ``router_gating_linear`` tests ``te_general_gemm is not None`` -> NameError in the
-    MoE router's forward. ``None`` makes it take its torch fallback. Can go when
-    upstream binds the name in the ``except`` branch.
-    """
-    from megatron.core.transformer.moe import moe_utils
-
-    if hasattr(moe_utils, "te_general_gemm"):
-        return False
-    moe_utils.te_general_gemm = None
-    return True
-
-
 def _map_device(device):
     """``cuda`` / ``cuda:N`` / ``torch.device('cuda')`` / int -> ``cpu``; others unchanged."""
     if isinstance(device, int) and not isinstance(device, bool):
@@ -176,62 +162,6 @@ def patch_cuda_device_mode() -> bool:
     if any(isinstance(mode, CudaToCpuMode) for mode in _get_current_function_mode_stack()):
         return False
     CudaToCpuMode().__enter__()
-    return True
-
-
-def patch_mla_have_te() -> bool:
-    """``megatron.core.transformer.multi_latent_attention.HAVE_TE`` -> False when Transformer Engine
-    is absent.
-
-    Why: megatron-core 0.16.1's MLA module imports ``TELinear`` from
-    ``megatron.core.extensions.transformer_engine``, which without TE succeeds and hands back a
-    placeholder object, so MLA sets ``HAVE_TE = True`` and its constructor's
-    ``isinstance(self.linear_proj, TELinear)`` raises "isinstance() arg 2 must be a type" with
-    the local spec (DeepSeek-V3 / Kimi-K2 / Moonlight on CPU). Can go when MLA reads
-    ``extensions.transformer_engine.HAVE_TE`` (not the case up to 0.16.x).
-    """
-    from megatron.core.extensions import transformer_engine as te_ext
-    from megatron.core.transformer import multi_latent_attention as mla
-
-    if te_ext.HAVE_TE or not mla.HAVE_TE:
-        return False
-    mla.HAVE_TE = False
-    return True
-
-
-def patch_torch_adam_state_copy() -> bool:
-    """``DistributedOptimizer._set_main_param_and_optimizer_states`` gives torch Adam's ``step``
-    the value of the loaded param groups, never the parameter-state file's (no Apex/TE).
-
-    Why: without Apex/TE, megatron-core 0.16.1's ``DistributedOptimizer`` keeps the authoritative
-    ``step`` in the param groups (``state_dict`` reads it from the per-parameter states,
-    ``load_state_dict`` writes it back into every state before the parameter states load). The
-    parameter states then overwrite it: the ``dp_reshardable`` layout (ours) hands back the step
-    of the fresh optimizer the load template was built from (1 after the zero-gradient step that
-    materialises the state: seen a checkpoint saved at step 2 resume at step 1, so Adam's bias
-    correction and every later step differed), and the ``fully_reshardable``,
-    ``dp_zero_gather_scatter`` and ``fully_sharded_model_space`` loaders leave it out, which
-    raises ``KeyError: 'step'``. So the state's own step (the param groups') is copied onto
-    itself. TE/Apex FusedAdam keeps no per-parameter step. Can go when megatron restores the
-    per-parameter step from the param groups (not the case up to 0.16.x).
-    """
-    from megatron.core.optimizer import distrib_optimizer as dopt
-
-    original = dopt.DistributedOptimizer._set_main_param_and_optimizer_states
-    if dopt.HAVE_APEX_OR_TE or getattr(original, _MARK, False):
-        return False
-
-    def set_states(self, model_param, tensors):
-        if not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
-            group_index, group_order = self.model_param_group_index_map[model_param]
-            main_param = self.optimizer.param_groups[group_index]["params"][group_order]
-            step = self.optimizer.state[main_param].get("step")
-            if step is not None:
-                tensors = {**tensors, "step": step}  # copied onto itself: the param groups' step stays
-        return original(self, model_param, tensors)
-
-    setattr(set_states, _MARK, True)
-    dopt.DistributedOptimizer._set_main_param_and_optimizer_states = set_states
     return True
 
 
@@ -330,53 +260,25 @@ def patch_hybrid_param_groups() -> bool:
     return True
 
 
-def _absent_te_is_older(_version, check_equality: bool = True) -> bool:
-    """Stand-in of megatron's ``is_te_min_version`` when Transformer Engine is absent: no
-    version is reached."""
-    return False
-
-
-def patch_optimizer_te_version() -> bool:
-    """``megatron.core.optimizer.optimizer_config.is_te_min_version`` -> False without TE.
-
-    Why: megatron-core 0.16.1's ``OptimizerConfig.__post_init__`` asks TE's version for every
-    ``--use-precision-aware-optimizer`` config (to turn ``store_param_remainders`` off below TE
-    2.1, a FusedAdam option) before it returns for ``--optimizer-cpu-offload``, whose
-    HybridDeviceOptimizer never uses TE; without TE the comparison raises ``TypeError`` (None >=
-    Version). The GPU image has TE, so the MoE recipes' CPU Adam builds there; the stand-in lets the
-    same config build on CPU. Can go when megatron checks the version only where FusedAdam is used.
-    """
-    from megatron.core.optimizer import optimizer_config
-
-    if importlib.util.find_spec("transformer_engine") is not None:
-        return False
-    if optimizer_config.is_te_min_version is _absent_te_is_older:
-        return False
-    optimizer_config.is_te_min_version = _absent_te_is_older
-    return True
-
-
+# what a machine without CUDA needs beyond TE_ABSENT_PATCHES (a CPU machine never has TE)
 CPU_PATCHES = {
-    "mla_have_te": patch_mla_have_te,
     "cuda_device_mode": patch_cuda_device_mode,
     "current_device": patch_current_device,
     "cuda_synchronize": patch_cuda_synchronize,
     "rng_tracker": patch_rng_tracker,
-    "te_general_gemm": patch_te_general_gemm,
-    "torch_adam_state_copy": patch_torch_adam_state_copy,
     "host_streams": patch_host_streams,
     "hybrid_param_groups": patch_hybrid_param_groups,
-    "optimizer_te_version": patch_optimizer_te_version,
 }
 
 
 def apply_cpu_compat() -> dict:
-    """Apply every patch in ``CPU_PATCHES``; returns ``{name: changed}``.
+    """Apply ``TE_ABSENT_PATCHES`` then every patch in ``CPU_PATCHES``; returns ``{name: changed}``.
 
     Call once from backend initialisation when CUDA is absent; safe to call again.
     """
     if torch.cuda.is_available():
         raise RuntimeError("apply_cpu_compat() is for machines without CUDA")
-    changed = {name: patch() for name, patch in CPU_PATCHES.items()}
+    changed = apply_te_absent_patches()
+    changed |= {name: patch() for name, patch in CPU_PATCHES.items()}
     logger.info("megatron CPU compat patches: %s", changed)
     return changed

@@ -169,18 +169,29 @@ def _cpu_model_parallel_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def apply_upstream_patches(cuda_available: bool) -> dict:
+    """The named megatron-core patches this machine needs, applied: those for absent Transformer
+    Engine / Apex on any machine (``te_absent``), and without CUDA the CPU ones too (``cpu_compat``).
+    Returns ``{name: changed}``."""
+    if cuda_available:
+        from slime.backends.megatron_utils.te_absent import apply_te_absent_patches
+
+        return apply_te_absent_patches()
+    from slime.backends.megatron_utils.cpu_compat import apply_cpu_compat
+
+    return apply_cpu_compat()
+
+
 def initialize_megatron(args: argparse.Namespace, **process_group_kwargs) -> None:
-    """Full backend start-up: process group (timeout ``--distributed-timeout-minutes``), CPU compat
-    patches (no CUDA), groups, seeds, then ``--custom-megatron-init-path`` (slime's call site)."""
+    """Full backend start-up: process group (timeout ``--distributed-timeout-minutes``), the named
+    upstream patches (``apply_upstream_patches``), groups, seeds, then
+    ``--custom-megatron-init-path`` (slime's call site)."""
     process_group_kwargs.setdefault("timeout_minutes", _timeout_minutes(args))
     init_process_group(
         backend=getattr(args, "distributed_backend", None) if torch.cuda.is_available() else "gloo",
         **process_group_kwargs,
     )
-    if not torch.cuda.is_available():
-        from slime.backends.megatron_utils.cpu_compat import apply_cpu_compat
-
-        apply_cpu_compat()
+    apply_upstream_patches(torch.cuda.is_available())
     initialize_model_parallel(args)
     set_random_seed(getattr(args, "seed", 1234) or 1234)
     if getattr(args, "custom_megatron_init_path", None):

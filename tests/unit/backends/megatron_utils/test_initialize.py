@@ -22,7 +22,7 @@ def test_timeout_reaches_the_groups_and_the_init_plugin_runs_last(monkeypatch):
     monkeypatch.setattr(mpu, "initialize_model_parallel",
                         lambda **kw: CALLS.append(("model_parallel", kw["distributed_timeout_minutes"])))
     monkeypatch.setattr(parallel, "set_random_seed", lambda seed: CALLS.append(("seed", seed)))
-    monkeypatch.setattr("slime.backends.megatron_utils.cpu_compat.apply_cpu_compat", lambda: None)
+    monkeypatch.setattr(parallel, "apply_upstream_patches", lambda cuda_available: None)
     args = argparse.Namespace(distributed_timeout_minutes=3, seed=7, distributed_backend="gloo",
                               custom_megatron_init_path=f"{__name__}.record_init")
     parallel.initialize_megatron(args)
