@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,8 +83,22 @@ def router_extra_args(args) -> list[str]:
     return out
 
 
+def _exit_reason(log_path: Path) -> str | None:
+    """Why the router stopped, from its log: the last exception line, else the last line written
+    (an argument error, a Rust panic)."""
+    own = last_error_line(log_path)
+    if own is None and log_path.is_file():
+        lines = [line.strip() for line in log_path.read_text(errors="replace")[-4096:].splitlines() if line.strip()]
+        own = lines[-1][:500] if lines else None
+    return own
+
+
 class RouterProcess:
-    """A sglang-router subprocess we own; `api_key` None means the job's (`$SLIME_API_KEY`)."""
+    """A sglang-router subprocess we own; `api_key` None means the job's (`$SLIME_API_KEY`).
+
+    Its output goes to `log_path` (appended), else to a temporary file that `stop` removes; a
+    router that exits while starting raises RouterError with its last error line and the log's
+    path (seen: one exiting for a package missing on a GPU machine, with nothing on record)."""
 
     def __init__(self, host: str, port: int, policy: str = "round_robin", extra: list[str] | None = None,
                  log_path: str | Path | None = None, api_key: str | None = None):
@@ -91,24 +106,28 @@ class RouterProcess:
         self.url = f"http://{host}:{port}"
         self.api_key = api_key or job_api_key()
         self.command = router_command(host, port, policy, extra)
-        self.log_path = Path(log_path) if log_path else None
+        self.temporary_log = not log_path
+        if self.temporary_log:
+            fd, log_path = tempfile.mkstemp(prefix=f"sglang-router-{port}-", suffix=".log")
+            os.close(fd)
+        self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "RouterProcess":
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         env.pop(API_KEY_ENV, None)
         env |= {API_KEY_ENV: self.api_key} if self.api_key else {}
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env=env)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                own = last_error_line(self.log_path)  # the router's own error first
+                own = _exit_reason(self.log_path)  # the router's own error first
                 raise RouterError(f"{own + '; ' if own else ''}sglang-router exited with code {self.process.returncode} "
                                   f"(command: {' '.join(redact_argv(self.command))}; log: {self.log_path})")
             if self._answers():
-                logger.info("sglang-router up at %s", self.url)
+                logger.info("sglang-router up at %s (log: %s)", self.url, self.log_path)
                 return self
             time.sleep(0.2)
         self.stop()
@@ -121,15 +140,16 @@ class RouterProcess:
             return False
 
     def stop(self) -> None:
-        """Stop the router process group we started (and nothing else)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        """Stop the router process group we started (and nothing else); a temporary log goes too."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.temporary_log:
+            self.log_path.unlink(missing_ok=True)
 
 
 def _workers(router_url: str):

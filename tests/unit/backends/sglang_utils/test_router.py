@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from slime.backends.sglang_utils.router import RouterProcess, add_worker, router_command
+from slime.backends.sglang_utils.router import RouterError, RouterProcess, add_worker, router_command
 
 pytest.importorskip("sglang_router")
 
@@ -78,3 +78,16 @@ def test_failing_worker_keeps_getting_requests(tmp_path):
     finally:
         router.stop()
         worker.shutdown()
+
+
+def test_a_router_that_exits_while_starting_says_why_and_its_temporary_log_goes_on_stop():
+    """Without a log path the router's output was discarded, so a router that died at start (on a
+    GPU machine: a package missing) left no reason anywhere. Now its own last line is in the error."""
+    from slime.utils.misc import free_port
+
+    router = RouterProcess("127.0.0.1", free_port(), extra=["--no-such-router-flag"])
+    with pytest.raises(RouterError, match=r"unrecognized arguments: --no-such-router-flag.*exited with code 2") as err:
+        router.start(timeout=60)
+    assert str(router.log_path) in str(err.value) and router.log_path.is_file()
+    router.stop()
+    assert not router.log_path.exists()
