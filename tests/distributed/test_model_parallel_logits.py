@@ -112,6 +112,7 @@ def _te_logits(rank, world_size, hf_dir):
 
 
 @pytest.mark.gpu
+@pytest.mark.te
 @pytest.mark.parametrize("fixture", ["tiny_moe_hf", "tiny_deepseek_v3_hf", "tiny_glm4_moe_hf"])
 def test_te_spec_logits_match_hf(request, tmp_path, fixture):
     """TE layer spec (fp32) on CUDA equals transformers within GPU kernel tolerance (TF32 off by default);

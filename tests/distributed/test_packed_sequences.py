@@ -62,8 +62,7 @@ def _max_diff(a, b) -> float:
 
 @pytest.mark.parametrize("impl", [
     "local",
-    pytest.param("transformer_engine", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs CUDA and Transformer Engine")]),
+    pytest.param("transformer_engine", marks=[pytest.mark.gpu, pytest.mark.te]),
 ])
 def test_packed_log_probs_equal_each_sample_alone(impl, tiny_moe_hf, tmp_path):
     out = tmp_path / "packed.json"
