@@ -113,10 +113,14 @@ def _run(cmd: list[str], log: Path, steps_done=None, env: dict | None = None) ->
 # `--use-kl-loss --kl-loss-coef 0.0` (slime's recipes) runs a reference forward pass per rollout
 # for its `train/kl_loss` metric; ours leaves those flags out here, so that both do the same work.
 KL_FLAGS = {"--use-kl-loss": 0, "--kl-loss-coef": 1, "--kl-loss-type": 1}  # flag -> values it takes
+# The peer trains on the whole batch in one forward and backward (per_device_train_batch_size =
+# 256, no gradient accumulation). The main job's `--max-tokens-per-gpu 2048` splits a rank's half
+# (128 samples of about 20 tokens) into two micro-batches; this budget holds it in one, as TRL.
+ONE_PASS_TOKENS = "8192"
 
 
 def same_work_as_trl(flags: list[str]) -> list[str]:
-    """`flags` without KL_FLAGS (and their values)."""
+    """`flags` without KL_FLAGS (and their values), with `--max-tokens-per-gpu ONE_PASS_TOKENS`."""
     out, skip = [], 0
     for flag in flags:
         if skip:
@@ -124,7 +128,7 @@ def same_work_as_trl(flags: list[str]) -> list[str]:
         elif flag in KL_FLAGS:
             skip = KL_FLAGS[flag]
         else:
-            out.append(flag)
+            out.append(ONE_PASS_TOKENS if out[-1:] == ["--max-tokens-per-gpu"] else flag)
     return out
 
 

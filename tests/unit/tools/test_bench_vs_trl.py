@@ -56,7 +56,8 @@ def test_a_long_run_faster_than_the_short_one_is_flagged():
 
 
 def test_our_job_does_the_peers_work_without_a_reference_pass():
-    """TRL runs with beta=0 (no reference model): our flags lose the KL loss and its values, nothing else."""
+    """TRL runs with beta=0 (no reference model) on the whole batch at once: our flags lose the KL
+    loss and its values and hold a rank's share in one micro-batch, nothing else."""
     flags = ["--lr", "2e-3", "--use-kl-loss", "--kl-loss-coef", "0.0", "--kl-loss-type", "low_var_kl",
              "--entropy-coef", "0.0"]
     assert bench.same_work_as_trl(flags) == ["--lr", "2e-3", "--entropy-coef", "0.0"]
@@ -64,3 +65,6 @@ def test_our_job_does_the_peers_work_without_a_reference_pass():
     kept = bench.same_work_as_trl(loop_flags)
     assert "--use-kl-loss" in loop_flags and not set(bench.KL_FLAGS) & set(kept)
     assert len(loop_flags) - len(kept) == 5
+    # one micro-batch per rank, as the peer's one pass over the batch
+    assert kept[kept.index("--max-tokens-per-gpu") + 1] == bench.ONE_PASS_TOKENS
+    assert "2048" in loop_flags and "2048" not in kept
