@@ -90,15 +90,10 @@ def check_precision_aware_optimizer(kwargs: dict, kernels: Kernels) -> None:
     """Refuse --use-precision-aware-optimizer where megatron-core 0.16.1 cannot build it on the run's
     machine `kernels`: without --optimizer-cpu-offload it steps TE's FusedAdam; with it,
     HybridDeviceOptimizer steps torch's CPU AdamW and megatron only reads TE's version, which the
-    CPU compat patch `optimizer_te_version` answers on machines without CUDA (the CPU twins of the
-    MoE recipes)."""
+    patch `optimizer_te_version` answers wherever TE is absent, GPU machines included (`te_absent`)."""
     if not kwargs["use_precision_aware_optimizer"] or kernels.transformer_engine:
         return
     if not kwargs["optimizer_cpu_offload"]:
         raise ImportError(
             "--use-precision-aware-optimizer without --optimizer-cpu-offload needs Transformer Engine "
             "(megatron-core steps TE's FusedAdam); install transformer_engine or drop the flag")
-    if kernels.cuda:
-        raise ImportError(
-            "--use-precision-aware-optimizer needs Transformer Engine installed on GPU machines "
-            "(megatron-core's OptimizerConfig reads its version); install transformer_engine")

@@ -84,6 +84,19 @@ def test_precision_aware_optimizer_without_te_names_the_flag():
         optimizer_config_from_args(_args(QWEN3_30B_A3B, optimizer_cpu_offload=False))
 
 
+def test_cpu_adam_is_accepted_on_a_gpu_machine_without_te():
+    """CPU Adam (--optimizer-cpu-offload) steps torch's AdamW; megatron only reads TE's version,
+    which te_absent's optimizer_te_version answers on GPU machines too, so it is not refused."""
+    from slime.backends.megatron_utils.kernels import Kernels, check_precision_aware_optimizer
+
+    gpu_without_te = Kernels(cuda=True, transformer_engine=False, apex_grad_accum=False)
+    check_precision_aware_optimizer({"use_precision_aware_optimizer": True, "optimizer_cpu_offload": True},
+                                    gpu_without_te)
+    with pytest.raises(ImportError, match="without --optimizer-cpu-offload needs Transformer Engine"):
+        check_precision_aware_optimizer({"use_precision_aware_optimizer": True, "optimizer_cpu_offload": False},
+                                        gpu_without_te)
+
+
 
 def test_tiny_configs_default_to_fp32_on_cpu():
     dense = transformer_config_from_args(_args(TINY_DENSE))
