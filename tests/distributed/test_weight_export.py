@@ -1,6 +1,7 @@
 """HF export from a sharded trainer: the union of what the sending ranks get from
-`iter_hf_buckets` is the HF checkpoint bit for bit (fp32), for one rank and for EP=2, TP=2
-and PP=2 on two gloo ranks; buckets respect the byte limit."""
+`iter_hf_buckets` is the HF checkpoint bit for bit (fp32), for one rank, for EP=2, TP=2 and PP=2
+on two gloo ranks and TP=2 x EP=2 (expert-TP 2) on four; buckets respect the byte limit, and
+expert weights are gathered once per layer."""
 
 import json
 from pathlib import Path
@@ -24,8 +25,15 @@ def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, o
     from slime.backends.megatron_utils.parallel import destroy_parallel
     from slime.backends.megatron_utils.weight_export import is_weight_sender, iter_hf_buckets
 
+    from slime.backends.megatron_utils import collectives
+    from slime.backends.megatron_utils.parallel import megatron_parallel_state
+
     args, trainer = build_trainer(hf_dir, world, extra, rank, port)
+    ep_group, all_gather, ep_gathers = megatron_parallel_state().get_expert_model_parallel_group(), collectives.all_gather, []
+    collectives.all_gather = lambda t, group=None: (ep_gathers.append(1) if group is ep_group else None, all_gather(t, group))[1]
     buckets = list(iter_hf_buckets(trainer.model, read_hf_config(hf_dir), args, bucket_bytes))
+    collectives.all_gather = all_gather
+    (Path(out) / f"ep_gathers{rank}.txt").write_text(str(len(ep_gathers)))
     if is_weight_sender():
         named = {name: t for bucket in buckets for name, t in bucket}
         assert len(named) == sum(len(b) for b in buckets), "a tensor name was sent twice by one rank"
@@ -65,6 +73,9 @@ def assert_equals_checkpoint(union: dict, hf_dir) -> None:
 LAYOUTS = {
     "one-rank-moe": ("moe", 1, []),
     "ep2-moe": ("moe", 2, ["--expert-model-parallel-size", "2"]),
+    # expert-TP 2 (= TP) times EP 2: experts are gathered over both groups
+    "tp2-ep2-moe": ("moe", 4, ["--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                               "--sequence-parallel"]),
     "tp2-dense": ("dense", 2, ["--tensor-model-parallel-size", "2"]),
     "pp2-moe": ("moe", 2, ["--pipeline-model-parallel-size", "2"]),
 }
@@ -82,6 +93,8 @@ def test_union_of_senders_is_the_hf_checkpoint(layout, tiny_moe_hf, tiny_dense_h
     for bucket in sizes:
         total = sum(nbytes for _, nbytes in bucket)
         assert len(bucket) == 1 or total <= BUCKET_BYTES, f"bucket of {total} bytes"
+    if "--expert-model-parallel-size" in extra:  # one expert gather per MoE layer (2), not one per weight
+        assert {(tmp_path / "out" / f"ep_gathers{r}.txt").read_text() for r in range(world)} == {"2"}
 
 
 def test_mla_halves_share_a_bucket(tiny_deepseek_v3_hf, tmp_path):

@@ -53,22 +53,69 @@ def _all_gather(tensor: torch.Tensor, group) -> list[torch.Tensor]:
     return collectives.all_gather(collectives.to_device(tensor), group=group)
 
 
-def _full_megatron_tensors(wmap, ctx, name: str, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """``[(global megatron name, full tensor)]`` for one local parameter (several for experts:
-    the same local expert slot of every EP rank, each merged over expert-TP)."""
-    mpu = _mpu()
-    full_name = global_name(name, ctx)
-    if not wmap.is_expert(full_name):
-        shards = [param] if wmap.split_kind(full_name) == "replicated" else \
-            _all_gather(param, mpu.get_tensor_model_parallel_group())
-        return [(full_name, gather_tensor(wmap, full_name, shards))]
-    etp_shards = _all_gather(param, mpu.get_expert_tensor_parallel_group())
-    per_etp = [_all_gather(s, mpu.get_expert_model_parallel_group()) for s in etp_shards]
-    out = []
-    for ep_rank in range(ctx.ep_size):
-        owner_name = global_name(name, dataclasses.replace(ctx, ep_rank=ep_rank))
-        out.append((owner_name, gather_tensor(wmap, owner_name, [shards[ep_rank] for shards in per_etp])))
+def _all_gather_many(tensors: list[torch.Tensor], group) -> list[list[torch.Tensor]]:
+    """``[_all_gather(t, group) for t in tensors]`` in one collective per dtype: the tensors travel
+    flattened into one buffer and come back as views of the gathered buffers."""
+    if dist.get_world_size(group=group) == 1:
+        return [_all_gather(t, group) for t in tensors]
+    out: list = [None] * len(tensors)
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for i, tensor in enumerate(tensors):
+        by_dtype.setdefault(tensor.dtype, []).append(i)
+    for members in by_dtype.values():
+        sizes = [tensors[i].numel() for i in members]
+        per_rank = [flat.split(sizes) for flat in _all_gather(torch.cat([tensors[i].reshape(-1) for i in members]), group)]
+        for k, i in enumerate(members):
+            out[i] = [pieces[k].view(tensors[i].shape) for pieces in per_rank]
     return out
+
+
+# local expert bytes gathered in one collective (times the EP size once gathered); a layer's
+# experts usually fit, so a sync runs about one expert gather per layer instead of one per weight
+EXPERT_GATHER_BYTES = 32 << 20
+
+
+def _dense_full_tensor(wmap, full_name: str, param: torch.Tensor) -> tuple[str, torch.Tensor]:
+    """(global megatron name, full tensor) of a non-expert parameter, merged over TP."""
+    shards = [param] if wmap.split_kind(full_name) == "replicated" else \
+        _all_gather(param, _mpu().get_tensor_model_parallel_group())
+    return full_name, gather_tensor(wmap, full_name, shards)
+
+
+def _expert_full_tensors(wmap, ctx, named: list[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(global megatron name, full tensor) for local expert parameters: each one's slot on every
+    EP rank (EP rank order), merged over expert-TP; gathered together (``_all_gather_many``)."""
+    if not named:
+        return
+    mpu = _mpu()
+    etp = _all_gather_many([param for _, param in named], mpu.get_expert_tensor_parallel_group())
+    etp_size = len(etp[0])
+    ep = _all_gather_many([shard for shards in etp for shard in shards], mpu.get_expert_model_parallel_group())
+    for j, (name, _) in enumerate(named):
+        per_etp = ep[j * etp_size:(j + 1) * etp_size]  # per expert-TP shard: its copy on every EP rank
+        for ep_rank in range(ctx.ep_size):
+            owner_name = global_name(name, dataclasses.replace(ctx, ep_rank=ep_rank))
+            yield owner_name, gather_tensor(wmap, owner_name, [copies[ep_rank] for copies in per_etp])
+
+
+def _full_megatron_tensors(wmap, ctx, named: Iterable) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(global megatron name, full tensor)`` for local parameters ``named``, in their order
+    (several per expert parameter). Consecutive expert parameters are gathered together, up to
+    ``EXPERT_GATHER_BYTES`` of local bytes."""
+    experts, size = [], 0
+    for name, param in named:
+        full_name = global_name(name, ctx)
+        if not wmap.is_expert(full_name):
+            yield from _expert_full_tensors(wmap, ctx, experts)
+            experts, size = [], 0
+            yield _dense_full_tensor(wmap, full_name, param)
+            continue
+        experts.append((name, param))
+        size += param.numel() * param.element_size()
+        if size >= EXPERT_GATHER_BYTES:
+            yield from _expert_full_tensors(wmap, ctx, experts)
+            experts, size = [], 0
+    yield from _expert_full_tensors(wmap, ctx, experts)
 
 
 def _skip(model, name: str) -> bool:
@@ -89,12 +136,10 @@ def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = 
     divisible_by, tp_size = _sizes(args_or_sizes)
     wmap = weight_map_for(hf_config, divisible_by, tp_size)
     ctx = shard_context_for(model, wmap.num_experts)
-    for name, param in mapped_tensors(model):
-        if _skip(model, name):
-            continue
-        for full_name, full in _full_megatron_tensors(wmap, ctx, name, param.detach()):
-            for hf_name, tensor in wmap.to_hf(full_name, full):
-                yield hf_name, (tensor.to("cpu", copy=True) if to_cpu else tensor.contiguous())
+    named = ((name, param.detach()) for name, param in mapped_tensors(model) if not _skip(model, name))
+    for full_name, full in _full_megatron_tensors(wmap, ctx, named):
+        for hf_name, tensor in wmap.to_hf(full_name, full):
+            yield hf_name, (tensor.to("cpu", copy=True) if to_cpu else tensor.contiguous())
 
 
 def _fused_units(named: Iterable, groups: tuple) -> Iterator[list]:
