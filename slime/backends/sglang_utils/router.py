@@ -106,14 +106,15 @@ class RouterProcess:
         self.url = f"http://{host}:{port}"
         self.api_key = api_key or job_api_key()
         self.command = router_command(host, port, policy, extra)
-        self.temporary_log = not log_path
-        if self.temporary_log:
-            fd, log_path = tempfile.mkstemp(prefix=f"sglang-router-{port}-", suffix=".log")
-            os.close(fd)
-        self.log_path = Path(log_path)
+        self.log_path = Path(log_path) if log_path else None
+        self.temporary_log = False
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "RouterProcess":
+        if self.log_path is None:
+            fd, path = tempfile.mkstemp(prefix=f"sglang-router-{self.port}-", suffix=".log")
+            os.close(fd)
+            self.log_path, self.temporary_log = Path(path), True
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         env.pop(API_KEY_ENV, None)
         env |= {API_KEY_ENV: self.api_key} if self.api_key else {}
