@@ -6,8 +6,7 @@ function at `sample.custom_rm_path` or `--custom-rm-path` (`async def rm(args, s
 the built-in type named by `sample.metadata["rm_type"]`, else `--rm-type` (see `registry`).
 `batched_async_rm` with `--custom-rm-path` calls the custom function once with the whole list
 (`async def rm(args, samples) -> list`; the rollout uses it per group with `--group-rm`); with a
-built-in type each sample gets `async_rm`'s value, through `async_rm_each` (the pure local types
-of a list scored in one worker thread).
+built-in type the samples are scored one by one.
 
 `args` fields read: `rm_type`, `custom_rm_path`, `group_rm`, `rm_url` (remote_rm). Dict rewards
 (e.g. `dapo`) are returned whole; `Sample.get_reward_value(args)` picks `--reward-key` later.
