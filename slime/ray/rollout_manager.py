@@ -189,8 +189,6 @@ class RolloutManager:
         host = ROUTER_HOST  # loopback on any cluster: its clients are all in this process
         port = free_port(host)
         log_dir = getattr(args, "rollout_log_dir", None)
-        if log_dir:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
                                extra=router_extra_args(args),
                                log_path=Path(log_dir) / "router.log" if log_dir else None).start()

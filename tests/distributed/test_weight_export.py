@@ -30,7 +30,12 @@ def _export_worker(rank: int, world: int, port: int, hf_dir: str, extra: list, o
 
     args, trainer = build_trainer(hf_dir, world, extra, rank, port)
     ep_group, all_gather, ep_gathers = megatron_parallel_state().get_expert_model_parallel_group(), collectives.all_gather, []
-    collectives.all_gather = lambda t, group=None: (ep_gathers.append(1) if group is ep_group else None, all_gather(t, group))[1]
+
+    def counting_all_gather(tensor, group=None):
+        ep_gathers.extend([group] if group is ep_group else [])
+        return all_gather(tensor, group)
+
+    collectives.all_gather = counting_all_gather
     buckets = list(iter_hf_buckets(trainer.model, read_hf_config(hf_dir), args, bucket_bytes))
     collectives.all_gather = all_gather
     (Path(out) / f"ep_gathers{rank}.txt").write_text(str(len(ep_gathers)))

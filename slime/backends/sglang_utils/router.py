@@ -115,6 +115,7 @@ class RouterProcess:
             fd, path = tempfile.mkstemp(prefix=f"sglang-router-{self.port}-", suffix=".log")
             os.close(fd)
             self.log_path, self.temporary_log = Path(path), True
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         env.pop(API_KEY_ENV, None)
         env |= {API_KEY_ENV: self.api_key} if self.api_key else {}
