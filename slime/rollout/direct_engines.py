@@ -11,6 +11,8 @@ engines the router lists (`GET /workers`), round robin, and everything else keep
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 
 from slime.utils.engine_client import EngineClient
@@ -23,27 +25,34 @@ class NoEngineListed(aiohttp.ClientConnectionError):
 
 class DirectEngines:
     """Round-robin clients of the engines registered with a router (listed on first use, and
-    again after `forget()`)."""
+    again after `forget()`). Concurrent first picks (a rollout's groups all start at once) wait for
+    one listing and share its clients: one HTTP session per engine, whose connections the
+    requests reuse."""
 
     def __init__(self, router: EngineClient) -> None:
         self._router = router
         self._clients: list[EngineClient] | None = None
         self._stale: list[EngineClient] = []
         self._next = 0
+        self._listing = asyncio.Lock()
 
     async def pick(self) -> EngineClient:
         """The client of the next engine."""
-        if self._clients is None:
-            body = await self._router.request("GET", "/workers")
-            workers = body.get("workers", []) if isinstance(body, dict) else body
-            urls = [w["url"] if isinstance(w, dict) else str(w) for w in workers]
-            if not urls:
-                raise NoEngineListed(f"the router at {self._router.base_url} lists no engines")
-            timeout = self._router.timeout.total
-            self._clients = [EngineClient(url, timeout=timeout) for url in urls]
-        client = self._clients[self._next % len(self._clients)]
-        self._next += 1
+        async with self._listing:
+            if self._clients is None:
+                self._clients = await self._list()
+            client = self._clients[self._next % len(self._clients)]
+            self._next += 1
         return client
+
+    async def _list(self) -> list[EngineClient]:
+        body = await self._router.request("GET", "/workers")
+        workers = body.get("workers", []) if isinstance(body, dict) else body
+        urls = [w["url"] if isinstance(w, dict) else str(w) for w in workers]
+        if not urls:
+            raise NoEngineListed(f"the router at {self._router.base_url} lists no engines")
+        timeout = self._router.timeout.total
+        return [EngineClient(url, timeout=timeout) for url in urls]
 
     def forget(self) -> None:
         """Drop the engine list: the next `pick` asks the router again (an engine failed and may

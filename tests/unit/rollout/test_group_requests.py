@@ -234,6 +234,32 @@ def test_no_engine_listed_is_a_connection_failure():
     assert not router_requests._retryable(EngineHTTPError("u", 400, "bad"))
 
 
+def test_concurrent_first_picks_list_the_engines_once_and_share_their_clients():
+    """A rollout's groups all pick at once: one `GET /workers`, one client (one HTTP session) per
+    engine, round robin over them, every one closed with the rollout (none left unclosed)."""
+    listings = []
+
+    class Router:
+        base_url, timeout = "http://router", aiohttp.ClientTimeout(total=5)
+
+        async def request(self, method, path):
+            listings.append(path)
+            await asyncio.sleep(0.01)  # the other picks arrive while this one waits
+            return {"workers": [{"url": "http://e0"}, {"url": "http://e1"}]}
+
+    async def run():
+        engines = direct_engines.DirectEngines(Router())
+        picked = await asyncio.gather(*(engines.pick() for _ in range(6)))
+        sessions = [c._sess() for c in picked[:2]]
+        await engines.close()
+        return picked, sessions
+
+    picked, sessions = asyncio.run(run())
+    assert listings == ["/workers"]
+    assert [c.base_url for c in picked] == ["http://e0", "http://e1"] * 3
+    assert len({id(c) for c in picked}) == 2 and all(s.closed for s in sessions)
+
+
 def test_slots_hold_several_permits_without_deadlock():
     """Two 3-permit holders and a 1-permit one on a 4-permit semaphore all get through, never
     more than 4 permits out at once."""
