@@ -64,9 +64,10 @@ class RoutedExpertsCapture:
         self._captured = {}
         self._armed = self.supported and any(r.return_routed_experts for r in reqs)
 
-    def collect(self, reqs, real: torch.Tensor) -> None:
-        """After the armed forward: `real` [B, T] marks the real positions of the fed input (row b
-        is `reqs[b]`); each asking request gets its real positions' rows [n, layers, k] appended."""
+    def collect(self, reqs, real: torch.Tensor, row_of: list[int] | None = None) -> None:
+        """After the armed forward: `real` [B, T] marks the real positions of the fed input; request
+        i was fed row `row_of[i]` (default: row i; requests with the same prompt share a row).
+        Each asking request gets its row's real positions [n, layers, k] appended."""
         if not self._armed:
             return
         self._armed = False
@@ -75,9 +76,11 @@ class RoutedExpertsCapture:
         for index, indices in self._captured.items():
             ids[:, :, index] = indices.reshape(batch, width, self.topk).cpu()
         self._captured = {}
-        for b, req in enumerate(reqs):
+        real = real.bool().cpu()
+        for i, req in enumerate(reqs):
             if req.return_routed_experts:
-                req.routed_experts.append(ids[b][real[b].bool().cpu()])
+                b = i if row_of is None else row_of[i]
+                req.routed_experts.append(ids[b][real[b]])
 
 
 def routed_experts_meta(req) -> dict:

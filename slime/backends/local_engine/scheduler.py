@@ -1,7 +1,8 @@
 """Continuous-batching scheduler of the local engine: one background thread drives the model.
 
 Owns `Request` (one generation in flight) and `Scheduler`. Each loop step, under `model_lock`:
-admit waiting requests up to `max_running` (one left-padded batched prefill; the caches join the
+admit waiting requests up to `max_running` (one left-padded batched prefill over their distinct
+prompts: requests with the same prompt share its row, `shared_prompts`; the caches join the
 batch's KV cache: the preallocated `SlotKV` with its lean decode step for Qwen3-family models,
 else the left-padded `BatchKV` and the HF forward; first tokens are sampled from the prefill
 logits), then run ONE batched decode forward for all running requests, sample per request, and
@@ -49,6 +50,23 @@ def fill_holes(keep: list[int]) -> list[int]:
     return [i if i in kept else next(movers) for i in range(size)]
 
 
+def shared_prompts(reqs: list[Request]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts of `reqs` in first-seen order, and for each request the index of its
+    prompt; a request whose prompt came earlier has it counted as `cached_tokens`."""
+    prompts: list[list[int]] = []
+    index: dict[tuple[int, ...], int] = {}
+    row_of = []
+    for req in reqs:
+        key = tuple(req.prompt_ids)
+        if key in index:
+            req.cached_tokens = len(key)
+        else:
+            index[key] = len(prompts)
+            prompts.append(req.prompt_ids)
+        row_of.append(index[key])
+    return prompts, row_of
+
+
 def error_result(message: str, code: int) -> dict:
     """The result handed to `Request.on_done` when a request cannot be served (HTTP status `code`)."""
     return {"error": {"message": message, "code": code}}
@@ -73,6 +91,7 @@ class Request:
     return_routed_experts: bool = False
     routed_experts_start_len: int = 0
     routed_experts: list = dataclasses.field(default_factory=list)  # [n, layers, k] int32 per forward
+    cached_tokens: int = 0  # prompt tokens not computed for it (another request of its prefill had the same prompt)
     created: float = dataclasses.field(default_factory=time.monotonic)
 
 
@@ -249,19 +268,29 @@ class Scheduler:
         return next(self.model.parameters()).device
 
     def _prefill(self, reqs: list[Request]) -> None:
-        """One left-padded forward over the prompts of `reqs`; their caches join the batch."""
-        width = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.tensor([[0] * (width - len(r.prompt_ids)) + r.prompt_ids for r in reqs], device=self._device())
-        mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in reqs],
-                            device=self._device())
+        """One left-padded forward over the distinct prompts of `reqs` (requests with the same
+        prompt, e.g. a group's samples, share its row, as SGLang's prefix cache would serve them);
+        each request samples its first token from its prompt's logits, and those that go on join
+        the batch with their own copy of the prompt's cache (one that ended at its first token
+        never enters the cache)."""
+        prompts, row_of = shared_prompts(reqs)
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=self._device())
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self._device())
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         self.routing.arm(reqs)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        self.routing.collect(reqs, mask)
-        cache = out.past_key_values
-        self._kv.add_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask)
-        self._running.extend(reqs)
-        self._accept_tokens(out.logits[:, -1], reqs)
+        self.routing.collect(reqs, mask, row_of)
+        rows = torch.tensor(row_of, device=self._device())
+        self._sample(out.logits[:, -1].index_select(0, rows), reqs)
+        going = [i for i, r in enumerate(reqs) if r.finish_reason is None]
+        if going:
+            keep = rows[going]
+            cache = out.past_key_values
+            self._kv.add_rows([layer.keys.index_select(0, keep) for layer in cache.layers],
+                              [layer.values.index_select(0, keep) for layer in cache.layers], mask.index_select(0, keep))
+            self._running.extend(reqs[i] for i in going)
+        self._deliver_all([r for r in reqs if r.finish_reason is not None])
 
     def _input_logprobs(self, req: Request) -> None:
         """Prompt token logprobs from `logprob_start_len` on (SGLang's input_token_logprobs). As in
@@ -281,10 +310,11 @@ class Scheduler:
         self.routing.arm(reqs)
         logits = self._kv.decode_logits(self.model, ids)  # [B, V]; SlotKV's lean step or the HF forward
         self.routing.collect(reqs, torch.ones_like(ids))
-        self._accept_tokens(logits, reqs)
+        if self._sample(logits, reqs):
+            self._retire()
 
-    def _accept_tokens(self, logits: torch.Tensor, reqs: list[Request]) -> None:
-        """Sample for `reqs` (rows of `logits` [B, V]), append, and retire whatever finished."""
+    def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> bool:
+        """Sample for `reqs` (rows of `logits` [B, V]) and append; True if any of them finished."""
         tokens, logprobs = sample_next_tokens(logits, [r.params for r in reqs], [r.generator for r in reqs])
         finished = False
         for req, tok, lp in zip(reqs, tokens, logprobs):
@@ -292,8 +322,7 @@ class Scheduler:
             req.logprobs.append(lp)
             req.finish_reason = self._finish_reason(req, tok)
             finished |= req.finish_reason is not None
-        if finished:
-            self._retire()
+        return finished
 
     def _finish_reason(self, req: Request, tok: int) -> dict | None:
         p = req.params
@@ -314,6 +343,9 @@ class Scheduler:
         done = [r for r in self._running if r.finish_reason is not None]
         self._kv.keep_rows(keep)
         self._running = [self._running[i] for i in keep]
+        self._deliver_all(done)
+
+    def _deliver_all(self, done: list[Request]) -> None:
         for req in done:
             self._deliver(req)
         with self._cond:
@@ -334,7 +366,7 @@ class Scheduler:
             "finish_reason": req.finish_reason,
             "prompt_tokens": len(req.prompt_ids),
             "completion_tokens": len(req.output_ids),
-            "cached_tokens": 0,
+            "cached_tokens": req.cached_tokens,
             "weight_version": self.weight_version(),
             "e2e_latency": time.monotonic() - req.created,
         }

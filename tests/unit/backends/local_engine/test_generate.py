@@ -337,7 +337,8 @@ def _hf_routing(model, ids: list[int]) -> torch.Tensor:
 
 def test_routed_experts_come_back_in_sglangs_encoding(url, hf_model):
     """SGLang's `return_routed_experts`: base64 int32 [seqlen - 1 - start, layers, topk], each row
-    the routing of that fed token; a ragged batch (left padding) routes as unbatched transformers."""
+    the routing of that fed token; a ragged batch (left padding) routes as unbatched transformers,
+    and so do requests that share a prompt's prefill row."""
     import base64
 
     import numpy as np
@@ -350,12 +351,14 @@ def test_routed_experts_come_back_in_sglangs_encoding(url, hf_model):
             await c.pause_generation()
             tasks = [asyncio.create_task(c.generate({**_greedy(p, 6), "return_routed_experts": True,
                                                      "routed_experts_start_len": start}))
-                     for p, start in zip(PROMPTS[:3], (0, 0, 2))]
-            await asyncio.to_thread(_wait_for, client, "waiting", 3)
+                     for p, start in zip(prompts, starts)]
+            await asyncio.to_thread(_wait_for, client, "waiting", len(prompts))
             await c.continue_generation()
             return await asyncio.gather(*tasks)
 
-    for prompt, start, res in zip(PROMPTS[:3], (0, 0, 2), asyncio.run(run())):
+    # the last two repeat the first prompt: they share its prefill row, each gets its own rows
+    prompts, starts = PROMPTS[:3] + [PROMPTS[0]] * 2, (0, 0, 2, 0, 1)
+    for prompt, start, res in zip(prompts, starts, asyncio.run(run())):
         seq = prompt + res["output_ids"]
         flat = np.frombuffer(base64.b64decode(res["meta_info"]["routed_experts"]), dtype=np.int32)
         got = torch.from_numpy(flat.copy()).view(len(seq) - 1 - start, cfg.num_hidden_layers, cfg.num_experts_per_tok)

@@ -1,6 +1,7 @@
 """The scheduler's continuous batching gives every request HF `generate`'s greedy tokens while
 requests of different lengths leave the batch (their slots are refilled by the last rows) and
-later ones join; `fill_holes` moves only the rows beyond the new batch size."""
+later ones join; `fill_holes` moves only the rows beyond the new batch size; requests with the same
+prompt share its prefill row and each draws what it draws alone."""
 
 import threading
 
@@ -65,3 +66,55 @@ def test_varied_lengths_and_late_joins_match_hf_greedy(variant, tiny_moe_hf, tin
         scheduler.stop()
     for i, prompt in enumerate(prompts):
         assert results[i]["output_ids"] == _hf_greedy_ignoring_eos(model, prompt, lengths[i]), f"request {i}"
+
+
+def _serve(model, tokenizer, requests: list[tuple[list[int], SamplingParams]], max_running: int) -> tuple[list[dict], list[int]]:
+    """Results of `requests` (all queued before the loop starts) and the rows of every prefill."""
+    scheduler = Scheduler(model, tokenizer, context_length=256, max_running=max_running, random_seed=0,
+                          weight_version=lambda: "test")
+    results, done, rows = {}, threading.Event(), []
+    forward = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs.get("use_cache"):  # the prefill (decode steps go through SlotKV's own math)
+            rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    for i, (prompt, params) in enumerate(requests):
+        def on_done(result, i=i):
+            results[i] = result
+            if len(results) == len(requests):
+                done.set()
+
+        scheduler.submit(Request(rid=str(i), prompt_ids=prompt, params=params, on_done=on_done, return_logprob=True))
+    model.forward = counting_forward
+    scheduler.start()
+    try:
+        assert done.wait(120)
+    finally:
+        scheduler.stop()
+        del model.forward
+    return [results[i] for i in range(len(requests))], rows
+
+
+def test_requests_with_one_prompt_share_its_prefill_and_draw_what_they_draw_alone(tiny_moe_hf):
+    """A group's samples (one prompt, n seeds, some ending at their first token) are prefilled
+    as one row each distinct prompt; every request gets the tokens and log-probs it gets served
+    alone, and the repeats report their prompt as cached tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_moe_hf, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_moe_hf)
+    prompts = [[5, 9, 13, 17], list(range(20, 31))]
+    requests = [(prompts[i % 2], SamplingParams(max_new_tokens=1 + (i % 3) * 4, temperature=1.0, sampling_seed=i,
+                                                ignore_eos=True)) for i in range(8)]
+    together, rows = _serve(model, tokenizer, requests, max_running=8)
+    assert rows == [2]  # one prefill, one row per distinct prompt
+    alone, _ = _serve(model, tokenizer, requests, max_running=1)
+    for i, (shared, single) in enumerate(zip(together, alone)):
+        assert shared["output_ids"] == single["output_ids"], f"request {i}"
+        got = torch.tensor([e[0] for e in shared["meta_info"]["output_token_logprobs"]])
+        want = torch.tensor([e[0] for e in single["meta_info"]["output_token_logprobs"]])
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        assert shared["meta_info"]["cached_tokens"] == (0 if i < 2 else len(prompts[i % 2]))
+        assert single["meta_info"]["cached_tokens"] == 0
