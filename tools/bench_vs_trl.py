@@ -87,26 +87,46 @@ def trl_python(venv: Path, install: bool) -> Path:
     return python
 
 
-def _run(cmd: list[str], log: Path, steps_done=None, env: dict | None = None) -> dict:
+class RowWatch:
+    """When each row of a growing file was written: a change of the file's size (polled) dates its
+    new rows by the file's modification time, so a step's end is as precise as the file system's
+    clock whatever the polling interval (as long as one interval sees at most one new row)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.size, self.ends = path, 0, []
+
+    def poll(self, start: float) -> None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return
+        if stat.st_size != self.size:
+            self.size = stat.st_size
+            rows = self.path.read_bytes().count(b"\n")
+            self.ends += [stat.st_mtime_ns / 1e9 - start] * (rows - len(self.ends))
+
+
+def _run(cmd: list[str], log: Path, rows: RowWatch | None = None, env: dict | None = None) -> dict:
     """Run `cmd` (output to `log`, `env` added to the environment); returns its wall seconds and,
-    when `steps_done()` is given (polled every 50 ms), the seconds from the start at which each
-    step was first seen done ("step_ends")."""
+    with `rows` (one row per step, polled every 5 ms), the seconds from the start at which each
+    step's row was written ("step_ends")."""
     start = time.time()
-    ends: list[float] = []
     env = {**os.environ, **(env or {}), START_ENV: repr(start)}
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         while proc.poll() is None:
-            if steps_done is not None and steps_done() > len(ends):
-                ends += [time.time() - start] * (steps_done() - len(ends))
+            if rows is not None:
+                rows.poll(start)
             if time.time() - start > RUN_TIMEOUT_S:
                 proc.kill()
                 raise SystemExit(f"{cmd[1]} ran past {RUN_TIMEOUT_S} s; see {log}")
-            time.sleep(0.05)
+            time.sleep(0.005)
     wall = time.time() - start
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd[:2])} failed (exit code {proc.returncode}); see {log}")
-    return {"wall": wall, "step_ends": ends, "started_at": start}
+    if rows is not None:
+        rows.poll(start)
+    return {"wall": wall, "step_ends": rows.ends if rows is not None else [], "started_at": start}
 
 
 # The peer runs with beta=0: TRL builds no reference model and computes no KL. The main job's
@@ -143,10 +163,8 @@ def run_ours(work: Path, hf: Path, train: Path, dist: Path, steps: int, extra: l
     cmd = [sys.executable, "train.py", *loop.model_flags(hf), *same_work_as_trl(loop.LOOP_FLAGS), "--hf-checkpoint", str(hf),
            "--ref-load", str(dist), "--prompt-data", str(train), "--num-rollout", str(steps),
            "--metrics-dir", str(run_dir), *extra]
-    def steps_done() -> int:  # one metrics row per rollout (no eval: no extra final row)
-        return metrics.read_text().count("\n") if metrics.exists() else 0
-
-    out = _run(cmd, run_dir / "train.log", steps_done=steps_done, env={PROFILE_ENV: str(profile)})
+    # one metrics row per rollout (no eval: no extra final row)
+    out = _run(cmd, run_dir / "train.log", rows=RowWatch(metrics), env={PROFILE_ENV: str(profile)})
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     out["rewards"] = [r.get("rollout/raw_reward") for r in rows]
     marks = [json.loads(line) for line in profile.read_text().splitlines()] if profile.exists() else []

@@ -1,6 +1,8 @@
 """tools/bench_vs_trl.py without running either trainer: flags, the TRL venv check, the per-step
 and start-up arithmetic of the summary (no timing is asserted)."""
 
+import os
+
 import pytest
 
 from tests.conftest import load_tool
@@ -68,3 +70,20 @@ def test_our_job_does_the_peers_work_without_a_reference_pass():
     # one micro-batch per rank, as the peer's one pass over the batch
     assert kept[kept.index("--max-tokens-per-gpu") + 1] == bench.ONE_PASS_TOKENS
     assert "2048" in loop_flags and "2048" not in kept
+
+
+def test_step_ends_are_the_write_times_of_the_metrics_rows(tmp_path):
+    """Each new row is dated by the file's modification time when its size changed, not by when
+    the poll saw it; rows that arrive between two polls share the later time."""
+    path, start = tmp_path / "metrics.jsonl", 1000.0
+    watch = bench.RowWatch(path)
+    watch.poll(start)  # no file yet
+    assert watch.ends == []
+    path.write_text('{"rollout_id": 0}\n')
+    os.utime(path, ns=(0, 1_001_500_000_000))
+    watch.poll(start)
+    watch.poll(start)  # unchanged: nothing new
+    path.write_text(path.read_text() + '{"rollout_id": 1}\n{"rollout_id": 2}\n')
+    os.utime(path, ns=(0, 1_003_250_000_000))
+    watch.poll(start)
+    assert watch.ends == pytest.approx([1.5, 3.25, 3.25])
