@@ -144,22 +144,41 @@ class WeightSender:
             self._protocols.update(zip(missing, found))
         return [self._protocols[url] for url in self.engine_urls]
 
-    def _needs_sessions(self) -> bool:
-        """Whether any supported release wants a session around this sender's endpoint (disk
-        updates never do: their engines' versions need not be read)."""
-        return any(p.needs_session(self.ENDPOINT) for p in engine_protocol.PROTOCOLS.values())
+    def _session_protocols(self) -> list[engine_protocol.Protocol | None]:
+        """Per engine, its protocol when an update through this sender's endpoint needs a session
+        there, else None (disk updates never look: their engines' versions need not be read)."""
+        if not any(p.needs_session(self.ENDPOINT) for p in engine_protocol.PROTOCOLS.values()):
+            return [None] * len(self.engine_urls)
+        return [p if p.needs_session(self.ENDPOINT) else None for p in self.protocols()]
 
-    def _open_sessions(self) -> None:
-        if not self._needs_sessions():
-            return
-        protocols = self.protocols()
-        self.on_engines(lambda c, i: engine_protocol.begin_weights(c, protocols[i], self.ENDPOINT))
+    def _quiesce(self) -> None:
+        """Per engine, in one exchange: pause (aborting what is in flight), wait until idle
+        (/flush_cache), open the session its protocol needs."""
+        protocols = self._session_protocols()
+
+        async def quiesce(client, i):
+            await client.pause_generation(mode="abort")
+            await client.flush_cache()
+            if protocols[i] is not None:
+                await engine_protocol.begin_weights(client, protocols[i], self.ENDPOINT)
+
+        self.on_engines(quiesce)
 
     def _close_sessions(self) -> None:
-        if not self._needs_sessions():
-            return
-        protocols = self.protocols()
-        self.on_engines(lambda c, i: engine_protocol.end_weights(c, protocols[i], self.ENDPOINT))
+        protocols = self._session_protocols()
+        if any(p is not None for p in protocols):
+            self.on_engines(lambda c, i: engine_protocol.end_weights(c, protocols[i], self.ENDPOINT))
+
+    def _resume(self) -> None:
+        """Per engine, in one exchange: close the session, continue generating."""
+        protocols = self._session_protocols()
+
+        async def resume(client, i):
+            if protocols[i] is not None:
+                await engine_protocol.end_weights(client, protocols[i], self.ENDPOINT)
+            await client.continue_generation()
+
+        self.on_engines(resume)
 
     def connect(self) -> None:
         """Prepare the transport (collective); a no-op unless a subclass needs a group."""
@@ -185,19 +204,16 @@ class WeightSender:
         is closed first (best effort), so a later update can open its own."""
         self.updates += 1
         version = str(self.updates if weight_version is None else weight_version)
-        if self.role.is_leader:
-            self.on_engines(lambda c, _i: c.pause_generation(mode="abort"))
-            self.on_engines(lambda c, _i: c.flush_cache())
-            self._open_sessions()
         try:
+            if self.role.is_leader:
+                self._quiesce()
             count = self._send_all(version)
         except BaseException:
             if self.role.is_leader:
                 self._close_sessions_after_failure()
             raise
         if self.role.is_leader:
-            self._close_sessions()
-            self.on_engines(lambda c, _i: c.continue_generation())
+            self._resume()
         logger.info("weight version %s: %s sent %d tensors to %d engine(s)", version,
                     self.role.stage_tag, count, len(self.engine_urls))
         return version
