@@ -12,9 +12,9 @@ thing with `--data-source-path`.
 from __future__ import annotations
 
 import abc
-import copy
 import json
 import logging
+import pickle
 import re
 from pathlib import Path
 
@@ -147,10 +147,10 @@ class RolloutDataSource(DataSource):
         """
         groups = []
         for _ in range(num_samples):
-            prompt = self._next_prompt()
+            prompt = pickle.dumps(self._next_prompt(), protocol=pickle.HIGHEST_PROTOCOL)
             group = []
             for _ in range(self.n_samples_per_prompt):
-                sample = copy.deepcopy(prompt)
+                sample = pickle.loads(prompt)  # a deep copy (Samples cross processes pickled), 3x cheaper
                 sample.group_index = self.sample_group_index
                 sample.index = self.sample_index
                 self.sample_index += 1

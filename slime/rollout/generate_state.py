@@ -98,8 +98,9 @@ class GenerateState:
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
-        """At most `concurrency` generations at once. One semaphore per event loop: each of our
-        rollouts runs in its own loop, and an asyncio semaphore cannot cross loops."""
+        """At most `concurrency` generations at once. One semaphore per event loop: the default
+        rollout runs on the process's background loop (`slime.utils.async_utils.run`), a custom
+        rollout function may run its own, and an asyncio semaphore cannot cross loops."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # read outside a loop: the one of the last loop (or a new one)

@@ -32,6 +32,7 @@ from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows
 from slime.utils import engine_requests
+from slime.utils.async_utils import run
 from slime.utils.engine_client import EngineClient
 from slime.utils.misc import load_function
 from slime.utils.plugins import (
@@ -320,8 +321,8 @@ def _eval_reward(args, sample: Sample) -> float:
 
 
 def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
-    """slime's default `--rollout-function-path` (synchronous; runs its own event loop)."""
+    """slime's default `--rollout-function-path` (synchronous; runs on the process's background event loop, `slime.utils.async_utils.run`, as slime does)."""
     if evaluation:
-        return RolloutFnEvalOutput(data=asyncio.run(eval_rollout_async(args, rollout_id)))
-    samples, metrics = asyncio.run(generate_rollout_async(args, rollout_id, data_source))
+        return RolloutFnEvalOutput(data=run(eval_rollout_async(args, rollout_id)))
+    samples, metrics = run(generate_rollout_async(args, rollout_id, data_source))
     return RolloutFnTrainOutput(samples=samples, metrics=metrics)

@@ -142,9 +142,9 @@ class Engine:
         else:
             raw_params = [raw_params] * len(prompts)
         rids = body.get("rid")
-        if rids is None:
-            rids = [uuid.uuid4().hex for _ in prompts]
-        elif isinstance(rids, str):
+        if rids is None:  # one random id per body (os.urandom is a system call), suffixed per prompt
+            rids = uuid.uuid4().hex
+        if isinstance(rids, str):
             rids = [rids] if not batch else [f"{rids}_{i}" for i in range(len(prompts))]
         if not isinstance(rids, list) or len(rids) != len(prompts):
             raise RequestError("rid must be a string or a list with one entry per prompt")

@@ -181,11 +181,11 @@ def sample_next_tokens(
     if any(t != 1.0 for t in temps):  # dividing by 1.0 changes no bit: skipped for greedy / T=1 batches
         logits = logits / torch.tensor(temps, dtype=torch.float32, device=logits.device)[:, None]
     logprobs = torch.log_softmax(logits, dim=-1).cpu()
-    chosen = logprobs.argmax(dim=-1)  # greedy rows keep this; sampled rows are overwritten below
+    chosen = logprobs.argmax(dim=-1).tolist()  # greedy rows keep this; sampled rows are overwritten below
     for row, (p, gen) in enumerate(zip(params, generators)):
         if p.temperature > 0:
             probs = logprobs[row].exp()
             if p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0:  # no filter: the same probs, unsorted
                 probs = _filter_probs(probs, p)
-            chosen[row] = torch.multinomial(probs, 1, generator=gen)[0]
-    return chosen.tolist(), logprobs.gather(1, chosen[:, None])[:, 0].tolist()
+            chosen[row] = int(torch.multinomial(probs, 1, generator=gen))
+    return chosen, logprobs.gather(1, torch.tensor(chosen)[:, None])[:, 0].tolist()
