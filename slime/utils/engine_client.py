@@ -158,10 +158,12 @@ class EngineClient:
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                               group_name: str, flush_cache: bool = False,
-                                              weight_version: str | None = None):
-        """POST /update_weights_from_distributed (broadcast the tensors from rank 0 concurrently)."""
+                                              weight_version: str | None = None, load_format: str | None = None):
+        """POST /update_weights_from_distributed (broadcast the tensors from rank 0 concurrently:
+        one per tensor, or with `load_format` "flattened_bucket" one of their bytes in `names`
+        order, each tensor starting where the previous one ends)."""
         return await self.request("POST", "/update_weights_from_distributed", bodies.update_weights_from_distributed(
-            names, dtypes, shapes, group_name, flush_cache, weight_version))
+            names, dtypes, shapes, group_name, flush_cache, weight_version, load_format))
 
     async def destroy_weights_update_group(self, group_name: str):
         """POST /destroy_weights_update_group."""

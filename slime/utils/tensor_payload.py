@@ -95,6 +95,30 @@ def flatten_bucket(named_tensors) -> tuple[torch.Tensor, list[FlattenedTensorMet
     return torch.cat(parts), metadata
 
 
+def flatten_unpadded(named_tensors) -> tuple[torch.Tensor, list[FlattenedTensorMetadata]]:
+    """`flatten_bucket` for a receiver that places each tensor right after the previous one (the
+    distributed update's flattened bucket, whose request carries names, dtypes and shapes only):
+    the tensors go in order of decreasing element size, so every start is a multiple of its element
+    size without padding (sizes are powers of two). Returns the buffer and the metadata, whose
+    order is the one to announce."""
+    ordered = sorted(named_tensors, key=lambda named: -named[1].element_size())  # stable
+    flattened, metadata = flatten_bucket(ordered)
+    if flattened.numel() != sum(m.numel for m in metadata):
+        raise AssertionError("a flattened bucket in decreasing element size needed padding")
+    return flattened, metadata
+
+
+def unpadded_layout(dtypes: list[torch.dtype], shapes) -> tuple[list[tuple[int, int]], int]:
+    """The receiver's side of `flatten_unpadded`: per tensor its (start, end) byte range, each
+    tensor right after the previous one, and the total bytes."""
+    ranges, offset = [], 0
+    for dtype, shape in zip(dtypes, shapes):
+        size = torch.Size(shape).numel() * dtype.itemsize
+        ranges.append((offset, offset + size))
+        offset += size
+    return ranges, offset
+
+
 def reconstruct_tensors(flattened: torch.Tensor, metadata) -> list[tuple[str, torch.Tensor]]:
     """The `(name, tensor)` views of a flattened bucket; raises ValueError on inconsistent metadata."""
     if flattened.dtype != torch.uint8 or flattened.dim() != 1:

@@ -216,7 +216,7 @@ def _weight_routes(engine: Engine, guard: Guard) -> list:
         args = _require(body, "names", "dtypes", "shapes")
         await _abort_if_asked(engine, body)
         n = await asyncio.to_thread(w.update_from_distributed, *args, body.get("group_name", DEFAULT_GROUP),
-                                    body.get("weight_version"))
+                                    body.get("weight_version"), body.get("load_format"))
         return _ok(f"received {n} tensors", weight_version=w.version)
 
     async def destroy_group(request: HTTPRequest):

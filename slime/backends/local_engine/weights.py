@@ -5,7 +5,8 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
 `weight_version` (unchanged when absent, as in SGLang). Sources:
 - disk: every `*.safetensors` file of an HF checkpoint folder;
 - distributed: a `WeightUpdateGroup` (see `slime.utils.weight_transport` for the rendezvous), one
-  broadcast from rank 0 per tensor, in the order of `names`;
+  broadcast from rank 0 per tensor, in the order of `names`, or with `load_format`
+  "flattened_bucket" one broadcast of all their bytes, tensor after tensor in that order;
 - tensor: SGLang's `/update_weights_from_tensor` payload (`slime.utils.tensor_payload`: a
   flattened tensor bucket, or (name, tensor) pairs, pickled with torch's multiprocessing
   reductions, so CPU tensors arrive through shared memory and CUDA tensors as CUDA IPC handles);
@@ -37,7 +38,7 @@ from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
 from slime.utils.fused_weights import fused_groups, lone_members
 from slime.utils.engine_protocol import NEWEST_RELEASE, PROTOCOLS
-from slime.utils.tensor_payload import decode_named_tensors, use_file_system_sharing
+from slime.utils.tensor_payload import FLATTENED_BUCKET, decode_named_tensors, unpadded_layout, use_file_system_sharing
 from slime.utils.weight_transport import init_weight_update_group
 
 logger = logging.getLogger(__name__)
@@ -197,8 +198,11 @@ class WeightManager:
             plan = [(torch.empty_like(buf) if buf is tgt else buf, None) for buf, tgt in plan]
         return plan, error
 
-    def update_from_distributed(self, names, dtypes, shapes, group_name, weight_version=None) -> int:
-        """Receive each tensor by broadcast from rank 0 of `group_name` into the model (between steps).
+    def update_from_distributed(self, names, dtypes, shapes, group_name, weight_version=None,
+                                load_format=None) -> int:
+        """Receive each tensor by broadcast from rank 0 of `group_name` into the model (between
+        steps); with `load_format` "flattened_bucket" one broadcast of all their bytes
+        (`_receive_flattened`), any other value one broadcast per tensor, as SGLang.
 
         Bad names or shapes are reported (RequestError) only after all broadcasts were received,
         so the sender never hangs; the model is then unchanged.
@@ -210,6 +214,8 @@ class WeightManager:
             raise RequestError("names, dtypes and shapes must have the same length")
         group = self._groups[group_name]
         device = "cuda" if group.device == "cuda" else "cpu"
+        if load_format == FLATTENED_BUCKET:
+            return self.load_named_tensors(self._receive_flattened(group, names, dtypes, shapes, device), weight_version)
         if self.fp8 is not None:  # received whole, then dequantised pairwise
             return self.load_named_tensors(self.fp8.receive(group, names, dtypes, shapes, device), weight_version)
         with self.scheduler.model_lock, torch.no_grad():
@@ -222,6 +228,27 @@ class WeightManager:
                 raise error
             self._set_version(weight_version)
         return len(plan)
+
+    @staticmethod
+    def _receive_flattened(group, names, dtypes, shapes, device: str) -> list[tuple[str, torch.Tensor]]:
+        """One broadcast of the tensors' bytes, each right after the previous one (SGLang's
+        `FlattenedTensorBucket.empty`); a tensor whose start is not a multiple of its element size
+        is refused after the broadcast was received (SGLang 0.5.23 refuses it before, leaving the
+        sender waiting)."""
+        torch_dtypes = [getattr(torch, str(d).removeprefix("torch."), None) for d in dtypes]
+        for name, dtype, torch_dtype in zip(names, dtypes, torch_dtypes):
+            if not isinstance(torch_dtype, torch.dtype):
+                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
+        ranges, total = unpadded_layout(torch_dtypes, shapes)
+        flattened = torch.empty(total, dtype=torch.uint8, device=device)
+        group.broadcast(flattened, src=0)
+        named = []
+        for name, dtype, shape, (start, end) in zip(names, torch_dtypes, shapes, ranges):
+            if start % dtype.itemsize:
+                raise RequestError(f"flattened bucket: {name!r} ({dtype}) starts at byte {start}, not a multiple "
+                                   f"of its element size; send larger element sizes first")
+            named.append((name, flattened[start:end].view(dtype).reshape(tuple(shape))))
+        return named
 
     def destroy_group(self, group_name: str) -> None:
         """Destroy group `group_name` (its backend is shut down, as SGLang's destroy_process_group does)."""

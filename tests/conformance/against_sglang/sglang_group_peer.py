@@ -2,7 +2,7 @@
 
 `python -m tests.conformance.against_sglang.sglang_group_peer SPEC.json OUT.pt` joins the group
 described in SPEC ({master_address, master_port, rank_offset, world_size, group_name, names,
-dtypes, shapes}) with SGLang's own model-runner code: `init_weights_update_group` (which calls
+dtypes, shapes, load_format}) with SGLang's own model-runner code: `init_weights_update_group` (which calls
 `init_custom_process_group(backend, init_method="tcp://...", world_size, rank, group_name)`), then
 receives the tensors the way its `/update_weights_from_distributed` does, destroys the group with
 its `destroy_weights_update_group`, and saves {name: tensor} to OUT. The model-runner methods are
@@ -38,15 +38,18 @@ def _runner_functions():
 
         def receive(runner, spec):
             return cls.receive_weights_from_distributed(runner, names=spec["names"], dtypes=spec["dtypes"],
-                                                        shapes=spec["shapes"], group_name=spec["group_name"])
+                                                        shapes=spec["shapes"], group_name=spec["group_name"],
+                                                        load_format=spec.get("load_format"))
     except ImportError:  # 0.5.15.post1: methods of ModelRunner, which loads what it received
         from sglang.srt.model_executor.model_runner import ModelRunner as cls
 
         def receive(runner, spec):
             ok, message = cls.update_weights_from_distributed(runner, spec["names"], spec["dtypes"], spec["shapes"],
-                                                              spec["group_name"])
+                                                              spec["group_name"], load_format=spec.get("load_format"))
             assert ok, message
             return runner.model.loaded
+    receive.bucketed = [getattr(cls, name) for name in ("_receive_bucketed_weights_from_distributed",
+                                                        "_update_bucketed_weights_from_distributed") if hasattr(cls, name)]
     return cls.init_weights_update_group, receive, cls.destroy_weights_update_group
 
 
@@ -57,6 +60,8 @@ def main(spec_path: str, out_path: str) -> None:
     # SGLang's engine process always has a default group (its TP world); one of size 1 here.
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     runner = types.SimpleNamespace(tp_rank=0, device="cpu", _model_update_group={}, model=_Recorder())
+    for method in receive.bucketed:  # what the flattened-bucket branch calls on `self`
+        setattr(runner, method.__name__, types.MethodType(method, runner))
     ok, message = init(runner, spec["master_address"], spec["master_port"], spec["rank_offset"],
                        spec["world_size"], spec["group_name"], backend="gloo")
     assert ok, message

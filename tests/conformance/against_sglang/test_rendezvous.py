@@ -5,7 +5,8 @@ This process is rank 0 through `slime.utils.weight_transport.init_weight_update_
 with SGLang's model-runner `init_weights_update_group` (its `init_custom_process_group` wraps the
 TCP store in a prefix store named after the group) and receiving with its
 `/update_weights_from_distributed` code (sglang_group_peer.py). Tensors of several dtypes and
-shapes, broadcast in `names` order, arrive bit for bit. Before our store carried SGLang's prefix,
+shapes, broadcast in `names` order one by one or as one flattened bucket (our sender's format),
+arrive bit for bit. Before our store carried SGLang's prefix,
 the two sides waited on different keys until the timeout.
 """
 
@@ -14,9 +15,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from slime.utils.misc import free_port
+from slime.utils.tensor_payload import FLATTENED_BUCKET, flatten_unpadded
 from slime.utils.weight_transport import init_weight_update_group
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -41,11 +44,17 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("load_format", [None, FLATTENED_BUCKET])
+def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path, load_format):
+    """One broadcast per tensor, or (what our sender sends) one of the bucket's bytes laid out by
+    `flatten_unpadded`, received by SGLang's FlattenedTensorBucket code of the release."""
     bucket = _bucket()
+    flattened, metadata = flatten_unpadded(bucket.items())
+    if load_format is not None:
+        bucket = {m.name: bucket[m.name] for m in metadata}  # the order our sender announces
     port, group_name = free_port("127.0.0.1"), "slime-weights-pp0"
     spec = {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1, "world_size": 2,
-            "group_name": group_name, "names": list(bucket),
+            "group_name": group_name, "names": list(bucket), "load_format": load_format,
             "dtypes": [str(t.dtype).removeprefix("torch.") for t in bucket.values()],
             "shapes": [list(t.shape) for t in bucket.values()]}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -55,8 +64,8 @@ def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
                              str(tmp_path / "spec.json"), str(out)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         group = init_weight_update_group("127.0.0.1", port, 0, 2, group_name, "gloo", timeout_s=JOIN_TIMEOUT_S)
-        for tensor in bucket.values():
-            group.broadcast(tensor.clone(), src=0)
+        for tensor in [flattened] if load_format else [t.clone() for t in bucket.values()]:
+            group.broadcast(tensor, src=0)
         assert peer.wait(timeout=JOIN_TIMEOUT_S) == 0, (tmp_path / "peer.log").read_text()[-3000:]
         group.destroy()
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from slime.utils import tensor_payload
 from slime.utils.tensor_payload import (
     FlattenedTensorMetadata,
     decode_named_tensors,
@@ -112,3 +113,22 @@ def test_cpu_payload_crosses_to_an_unrelated_process(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_ipc_payload_crosses_to_an_unrelated_process(tmp_path):
     _round_trip(tmp_path, "cuda")
+
+
+def test_an_unpadded_bucket_goes_in_decreasing_element_size_and_its_receiver_layout_matches():
+    """The distributed update's flattened bucket announces names, dtypes and shapes only: the
+    receiver places each tensor right after the previous one, so no tensor may need padding."""
+    gen = torch.Generator().manual_seed(0)
+    named = [("fp8", torch.randn(3, generator=gen).to(torch.float8_e4m3fn)),
+             ("bf16", torch.randn(5, generator=gen).to(torch.bfloat16)),
+             ("fp32", torch.randn(2, 3, generator=gen)),
+             ("u8", torch.randint(0, 255, (7,), generator=gen, dtype=torch.uint8)),
+             ("i64", torch.randint(-9, 9, (3,), generator=gen, dtype=torch.int64)),
+             ("fp16", torch.randn(1, generator=gen).to(torch.float16))]
+    flattened, metadata = tensor_payload.flatten_unpadded(named)
+    assert [m.name for m in metadata] == ["i64", "fp32", "bf16", "fp16", "fp8", "u8"]  # stable within a size
+    ranges, total = tensor_payload.unpadded_layout([m.dtype for m in metadata], [m.shape for m in metadata])
+    assert total == flattened.numel() and ranges == [(m.start_idx, m.end_idx) for m in metadata]
+    sent = dict(named)
+    for name, tensor in tensor_payload.reconstruct_tensors(flattened, metadata):
+        assert tensor.dtype == sent[name].dtype and torch.equal(tensor.view(torch.uint8), sent[name].view(torch.uint8))

@@ -6,8 +6,11 @@ a TCPStore served by the trainer + ProcessGroupGloo/NCCL, with the store prefixe
 `init_custom_process_group`, which the local engine shares): the trainer is rank 0, engine i's ranks start at 1 + sum of the TP sizes of engines < i,
 world size = 1 + the sum of all engines' TP sizes. Megatron's groups are untouched. Per bucket,
 the sender POSTs /update_weights_from_distributed {names, dtypes, shapes, group_name,
-weight_version} to every engine and broadcasts the tensors from rank 0 in `names` order while the
-engines receive. `disconnect()` destroys the group on both sides (ours even when an engine is gone).
+weight_version, load_format "flattened_bucket"} to every engine and broadcasts ONE uint8 tensor
+from rank 0 while the engines receive: the bucket's bytes, tensor after tensor in `names` order
+(SGLang 0.5.15.post1 and 0.5.23 both receive this format: `FlattenedTensorBucket`; the tensors go
+in order of decreasing element size, so each starts aligned: `tensor_payload.flatten_unpadded`).
+One broadcast per bucket instead of one per tensor (69 -> 1 per sync for the tiny MoE). `disconnect()` destroys the group on both sides (ours even when an engine is gone).
 
 With pipeline parallelism there is one sender (and group) per stage, and the stages run
 concurrently; an engine serves weight requests one at a time, so engine A could enter stage 0's
@@ -30,6 +33,7 @@ import torch
 
 from slime.backends.megatron_utils.update_weight.common import TrainerRole, WeightSender, run_on_engines
 from slime.utils.engine_client import EngineHTTPError
+from slime.utils.tensor_payload import FLATTENED_BUCKET, flatten_unpadded
 from slime.utils.weight_transport import init_weight_update_group
 from slime.utils.misc import free_port
 
@@ -142,16 +146,13 @@ class UpdateWeightFromDistributed(WeightSender):
         if self.group is None:
             raise RuntimeError("UpdateWeightFromDistributed.update_weights called before connect()")
         device = "cuda" if self.group.device == "cuda" else "cpu"
-        tensors = [t.to(device).contiguous() for _, t in bucket]
-        names = [n for n, _ in bucket]
-        dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
-        shapes = [list(t.shape) for t in tensors]
+        flattened, metadata = flatten_unpadded((n, t.to(device)) for n, t in bucket)
+        names = [m.name for m in metadata]
+        dtypes = [str(m.dtype).removeprefix("torch.") for m in metadata]
+        shapes = [list(m.shape) for m in metadata]
         with self.role.lock():
-            thread, box = _in_thread(self._broadcast_all, tensors)
+            thread, box = _in_thread(self.group.broadcast, flattened, 0)
             self.on_engines(lambda c, _i: c.update_weights_from_distributed(
-                names, dtypes, shapes, self.group_name, flush_cache=False, weight_version=version))
-            _join(thread, box, f"broadcasting {len(tensors)} tensors on {self.group_name}")
-
-    def _broadcast_all(self, tensors: list) -> None:
-        for tensor in tensors:
-            self.group.broadcast(tensor, src=0)
+                names, dtypes, shapes, self.group_name, flush_cache=False, weight_version=version,
+                load_format=FLATTENED_BUCKET))
+            _join(thread, box, f"broadcasting {len(names)} tensors ({flattened.numel()} bytes) on {self.group_name}")

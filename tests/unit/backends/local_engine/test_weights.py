@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from slime.utils.engine_client import EngineHTTPError, SyncEngineClient
-from slime.utils.tensor_payload import serialize, serialize_flattened_bucket, use_file_system_sharing
+from slime.utils.tensor_payload import (FLATTENED_BUCKET, flatten_unpadded, serialize, serialize_flattened_bucket,
+                                       use_file_system_sharing)
 from slime.utils.weight_transport import init_weight_update_group
 from tests.unit.backends.local_engine.conftest import free_port, hf_greedy, hf_logprobs
 
@@ -86,10 +87,16 @@ def test_update_from_disk(url, perturbed, tiny_moe_hf):
     _check_engine_serves(url, folder, "disk-1")
 
 
-def test_update_from_distributed_gloo_group(url, perturbed):
-    folder, named = perturbed(2)
+@pytest.mark.parametrize("load_format", [None, FLATTENED_BUCKET])
+def test_update_from_distributed_gloo_group(url, perturbed, load_format):
+    """One broadcast per tensor, or one of the whole bucket's bytes (`flatten_unpadded`)."""
+    folder, named = perturbed(2 if load_format is None else 5)
     client, port = SyncEngineClient(url), free_port()
     names = sorted(named)
+    flattened, metadata = flatten_unpadded((n, named[n]) for n in names)
+    if load_format is not None:
+        names = [m.name for m in metadata]
+    version = f"dist-{load_format}"
     with ThreadPoolExecutor(1) as pool:
         joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "test_sync", "gloo")
         group = init_weight_update_group("127.0.0.1", port, 0, 2, "test_sync", "gloo", timeout_s=60)
@@ -97,12 +104,12 @@ def test_update_from_distributed_gloo_group(url, perturbed):
         with _session(client):
             done = pool.submit(client.update_weights_from_distributed, names,
                                [str(named[n].dtype).removeprefix("torch.") for n in names],
-                               [list(named[n].shape) for n in names], "test_sync", True, "dist-2")
-            for name in names:
-                group.broadcast(named[name].clone(), src=0)
+                               [list(named[n].shape) for n in names], "test_sync", True, version, load_format)
+            for tensor in [flattened] if load_format else [named[n].clone() for n in names]:
+                group.broadcast(tensor, src=0)
             done.result(timeout=60)
     client.destroy_weights_update_group("test_sync")
-    _check_engine_serves(url, folder, "dist-2")
+    _check_engine_serves(url, folder, version)
     with pytest.raises(EngineHTTPError):
         client.destroy_weights_update_group("test_sync")
 
@@ -278,6 +285,29 @@ def test_distributed_update_with_a_bad_name_drains_the_broadcasts_and_changes_no
                 done.result(timeout=60)
     client.destroy_weights_update_group("bad_sync")
     assert err.value.status == 400 and "no_such" in err.value.body
+    assert _outputs(url) == before and client.get_weight_version() == version
+
+
+def test_a_misaligned_flattened_bucket_is_received_then_refused(url, perturbed):
+    """A float32 tensor announced after 3 bytes of uint8 cannot be viewed in place: the engine
+    takes the broadcast (the sender does not hang), answers 400 naming the tensor, loads nothing."""
+    _, named = perturbed(6)
+    client, port = SyncEngineClient(url), free_port()
+    before, version = _outputs(url), client.get_weight_version()
+    good = "model.norm.weight"
+    flattened = torch.cat([torch.zeros(3, dtype=torch.uint8), named[good].view(torch.uint8)])
+    with ThreadPoolExecutor(1) as pool:
+        joined = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, "odd_sync", "gloo")
+        group = init_weight_update_group("127.0.0.1", port, 0, 2, "odd_sync", "gloo", timeout_s=60)
+        joined.result(timeout=60)
+        with _session(client):
+            done = pool.submit(client.update_weights_from_distributed, ["model.odd_bytes", good], ["uint8", "float32"],
+                               [[3], list(named[good].shape)], "odd_sync", True, "odd", FLATTENED_BUCKET)
+            group.broadcast(flattened, src=0)
+            with pytest.raises(EngineHTTPError) as err:
+                done.result(timeout=60)
+    client.destroy_weights_update_group("odd_sync")
+    assert err.value.status == 400 and good in err.value.body and "element size" in err.value.body
     assert _outputs(url) == before and client.get_weight_version() == version
 
 

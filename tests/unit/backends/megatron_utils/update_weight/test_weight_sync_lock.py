@@ -43,15 +43,18 @@ def _sender(tag: str, store, recorder: _Recorder) -> UpdateWeightFromDistributed
                        lock=lambda: StoreLock(store, "slime/weight_sync_lock", tag, timeout_s=60))
     sender = UpdateWeightFromDistributed(["http://127.0.0.1:9"], lambda: iter(()), role, backend="gloo",
                                          master_address="127.0.0.1")
-    sender.group = types.SimpleNamespace(device="cpu")
+
+    def broadcast(_tensor, src):  # the bucket's one broadcast, in two logged halves
+        recorder.log(tag, "broadcast begins")
+        recorder.log(tag, "broadcast ends")
 
     def on_engines(_call):
         recorder.log(tag, "post")
         recorder.log(tag, "answered")
         return []
 
+    sender.group = types.SimpleNamespace(device="cpu", broadcast=broadcast)
     sender.on_engines = on_engines
-    sender._broadcast_all = lambda tensors: [recorder.log(tag, f"broadcast {i}") for i in range(len(tensors))]
     return sender
 
 
@@ -70,7 +73,7 @@ def test_two_pipeline_stages_send_their_buckets_one_at_a_time(store):
     for t in threads:
         t.join()
     tags = [tag for tag, _ in recorder.events]
-    per_bucket = 4  # post, answered, broadcast 0, broadcast 1
+    per_bucket = 4  # post, answered, broadcast begins, broadcast ends
     assert len(tags) == 2 * 4 * per_bucket
     runs = [tags[i:i + per_bucket] for i in range(0, len(tags), per_bucket)]
     assert all(len(set(run)) == 1 for run in runs), f"two stages' buckets interleaved: {recorder.events}"
