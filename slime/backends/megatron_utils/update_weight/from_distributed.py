@@ -10,7 +10,8 @@ weight_version, load_format "flattened_bucket"} to every engine and broadcasts O
 from rank 0 while the engines receive: the bucket's bytes, tensor after tensor in `names` order
 (SGLang 0.5.15.post1 and 0.5.23 both receive this format: `FlattenedTensorBucket`; the tensors go
 in order of decreasing element size, so each starts aligned: `tensor_payload.flatten_unpadded`).
-One broadcast per bucket instead of one per tensor (69 -> 1 per sync for the tiny MoE). `disconnect()` destroys the group on both sides (ours even when an engine is gone).
+One broadcast per bucket instead of one per tensor (69 -> 1 per sync for the tiny MoE).
+`disconnect()` destroys the group on both sides (ours even when an engine is gone).
 
 With pipeline parallelism there is one sender (and group) per stage, and the stages run
 concurrently; an engine serves weight requests one at a time, so engine A could enter stage 0's
