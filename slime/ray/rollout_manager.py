@@ -165,9 +165,11 @@ class RolloutManager:
         if not args.debug_train_only:  # --debug-train-only replays recorded rollouts: no engines
             engines = engines or start_engines(args, placement, rollout_bundles)
             self.kind, self.engines, self.positions = engines.kind, engines.actors, engines.positions
-            self.router = self._start_router(args)  # while the engines start
+            self.router = self._launch_router(args)  # while the engines start
+        self.data_source = make_data_source(load_function(args.data_source_path), args)  # while both start
+        if self.router is not None:
+            self.router.wait_ready()
             mark("router up")
-        self.data_source = make_data_source(load_function(args.data_source_path), args)  # meanwhile too
         if self.engines:
             self.urls = ray.get(engines.urls)
             mark("engines up")
@@ -180,8 +182,9 @@ class RolloutManager:
             interval = args.rollout_health_check_interval
             self.monitor = _EngineMonitor(self.check_engines, interval)
 
-    def _start_router(self, args) -> RouterProcess | None:
-        """Our RouterProcess, or None when --sglang-router-ip/--sglang-router-port name one."""
+    def _launch_router(self, args) -> RouterProcess | None:
+        """Our RouterProcess, launched (not yet answering: `wait_ready`), or None when
+        --sglang-router-ip/--sglang-router-port name one."""
         if args.sglang_router_ip and args.sglang_router_port:
             self.router_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
             logger.info("using the existing router at %s", self.router_url)
@@ -191,7 +194,7 @@ class RolloutManager:
         log_dir = getattr(args, "rollout_log_dir", None)
         router = RouterProcess(host, port, policy=getattr(args, "router_policy", None) or "round_robin",
                                extra=router_extra_args(args),
-                               log_path=Path(log_dir) / "router.log" if log_dir else None).start()
+                               log_path=Path(log_dir) / "router.log" if log_dir else None).launch()
         args.sglang_router_ip, args.sglang_router_port = host, port
         self.router_url = router.url
         return router

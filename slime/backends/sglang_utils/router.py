@@ -111,6 +111,12 @@ class RouterProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "RouterProcess":
+        """`launch()`, then `wait_ready(timeout)`."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "RouterProcess":
+        """Start the process and return at once (`wait_ready` waits until it answers), so a caller
+        can do other work while the router starts."""
         if self.log_path is None:
             fd, path = tempfile.mkstemp(prefix=f"sglang-router-{self.port}-", suffix=".log")
             os.close(fd)
@@ -122,6 +128,11 @@ class RouterProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, env=env)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> "RouterProcess":
+        """Wait until the launched router answers; RouterError (and the process stopped) when it
+        exits or stays silent for `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -131,7 +142,7 @@ class RouterProcess:
             if self._answers():
                 logger.info("sglang-router up at %s (log: %s)", self.url, self.log_path)
                 return self
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.stop()
         raise RouterError(f"sglang-router did not answer at {self.url} within {timeout:.0f}s")
 
