@@ -24,7 +24,7 @@ from slime.rollout.generate_output import apply_generate_output, response_budget
 from slime.rollout.group_requests import generate_group, per_sample_reason
 from slime.rollout.opd_teacher import fetch_teacher_log_probs, needs_teacher
 from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
-from slime.rollout.rm_hub import async_rm, batched_async_rm
+from slime.rollout.rm_hub import async_rm_each, batched_async_rm
 from slime.rollout.rollout_context import RolloutContext, maybe_load
 from slime.rollout.router_requests import send_generate
 from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_client, router_url  # noqa: F401 re-exported
@@ -100,8 +100,10 @@ async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation
     return await _after_generate(ctx, samples, evaluation)
 
 
-async def _after_generate(ctx: RolloutContext, samples: list[Sample], evaluation: bool) -> list[Sample]:
-    """What follows one sample's generation: sample hooks, the teacher's log-probs, the reward."""
+async def _after_generate(ctx: RolloutContext, samples: list[Sample], evaluation: bool,
+                          reward: bool = True) -> list[Sample]:
+    """What follows one sample's generation: sample hooks, the teacher's log-probs, the reward
+    (unless `reward` is False: the caller rewards many samples together, `_reward_unscored`)."""
     args = ctx.args
     for i, s in enumerate(samples):
         for hook in ctx.sample_hooks:
@@ -109,11 +111,19 @@ async def _after_generate(ctx: RolloutContext, samples: list[Sample], evaluation
         samples[i] = s
         if needs_teacher(args, s, evaluation):  # on-policy distillation: the teacher scores the response
             await fetch_teacher_log_probs(args, s, ctx.teacher)
-    if not args.group_rm:
-        for s in samples:
-            if s.reward is None and s.status != Sample.Status.ABORTED:
-                s.reward = await async_rm(args, s)
+    if reward:
+        await _reward_unscored(args, samples)
     return samples
+
+
+async def _reward_unscored(args, samples: list[Sample]) -> None:
+    """Each sample's reward (`async_rm`) where it has none and was not aborted; nothing with
+    `--group-rm` (the group is rewarded together afterwards)."""
+    if args.group_rm:
+        return
+    todo = [s for s in samples if s.reward is None and s.status != Sample.Status.ABORTED]
+    for s, reward in zip(todo, await async_rm_each(args, todo)):
+        s.reward = reward
 
 
 async def _generate_and_rm_batched(ctx: RolloutContext, group: list[Sample], params: list[dict],
@@ -126,7 +136,8 @@ async def _generate_and_rm_batched(ctx: RolloutContext, group: list[Sample], par
         return results
     went = await generate_group(ctx, [group[i] for i in todo], [params[i] for i in todo])
     generated = [i for i, ok in zip(todo, went) if ok]
-    after = await asyncio.gather(*(_after_generate(ctx, [group[i]], evaluation) for i in generated))
+    after = await asyncio.gather(*(_after_generate(ctx, [group[i]], evaluation, reward=False) for i in generated))
+    await _reward_unscored(ctx.args, [s for samples in after for s in samples])  # one thread hop per group
     for i, samples in zip(generated, after):
         results[i] = samples
     return results

@@ -25,14 +25,14 @@ from slime.rollout.rm_hub.gpqa import compute_gpqa_reward
 from slime.rollout.rm_hub.math_dapo import compute_score as compute_score_dapo
 from slime.rollout.rm_hub.math_utils import extract_answer as extract_boxed_answer
 from slime.rollout.rm_hub.math_utils import grade_answer_verl
-from slime.rollout.rm_hub.registry import UnknownRewardTypeError, get_reward_fn, known_rm_types
+from slime.rollout.rm_hub.registry import UnknownRewardTypeError, get_reward_fn, known_rm_types, local_score_fn
 from slime.rollout.rm_hub.remote_rm import remote_rm
 from slime.utils.misc import load_function
 from slime.utils.plugins import call_reward_fn
 
 # slime re-exports these graders from the package; `remote_rm` here is the function.
 __all__ = [
-    "async_rm", "batched_async_rm", "resolve_rm_type", "RewardValueError", "remote_rm", "get_deepscaler_rule_based_reward",
+    "async_rm", "async_rm_each", "batched_async_rm", "resolve_rm_type", "RewardValueError", "remote_rm", "get_deepscaler_rule_based_reward",
     "f1_score", "compute_gpqa_reward", "compute_score_dapo", "extract_boxed_answer", "grade_answer_verl",
 ]
 
@@ -77,6 +77,32 @@ async def async_rm(args, sample, **kwargs) -> Any:
     return checked_reward(reward, source=f"--rm-type {rm_type}", sample=sample)
 
 
+async def async_rm_each(args, samples: list) -> list:
+    """`[await async_rm(args, s) for s in samples]`, concurrently, in order; the samples a pure local
+    type scores (`registry.local_score_fn`) are scored together in one worker thread instead of
+    one thread hop each (256 hops cost about 20 ms per rollout of the CPU toy job)."""
+    rewards: list = [None] * len(samples)
+    local: list[tuple[int, Any, str]] = []  # (index, score function, rm_type)
+    others: list[int] = []
+    for i, sample in enumerate(samples):
+        custom = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
+        rm_type = None if custom else resolve_rm_type(args, sample)
+        score = local_score_fn(rm_type) if rm_type else None
+        (local.append((i, score, rm_type)) if score else others.append(i))
+
+    def score_local() -> list:
+        return [score(samples[i]) for i, score, _ in local]
+
+    local_rewards, other_rewards = await asyncio.gather(
+        asyncio.to_thread(score_local) if local else asyncio.sleep(0, []),
+        asyncio.gather(*(async_rm(args, samples[i]) for i in others)))
+    for (i, _, rm_type), reward in zip(local, local_rewards):
+        rewards[i] = checked_reward(reward, source=f"--rm-type {rm_type}", sample=samples[i])
+    for i, reward in zip(others, other_rewards):
+        rewards[i] = reward
+    return rewards
+
+
 async def batched_async_rm(args, samples: list, **kwargs) -> list:
     """Rewards of `samples`, in order.
 
@@ -93,4 +119,6 @@ async def batched_async_rm(args, samples: list, **kwargs) -> list:
             )
         return [checked_reward(r, source=f"--custom-rm-path {args.custom_rm_path}", sample=s)
                 for r, s in zip(rewards, samples)]
-    return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))
+    if kwargs:
+        return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))
+    return await async_rm_each(args, samples)

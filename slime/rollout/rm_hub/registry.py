@@ -37,17 +37,21 @@ LocalFn = Callable[[str, Any, dict], Any]
 
 
 def _local(name: str, score_response: LocalFn, score_answer_only: LocalFn) -> Grader:
-    """Wrap pure `fn(text, label, metadata)` scorers as an async grader run in a worker thread."""
+    """Wrap pure `fn(text, label, metadata)` scorers as an async grader run in a worker thread;
+    `grader.score(sample, text, answer_only)` is the same score computed in the calling thread."""
+
+    def score(sample, text: str, answer_only: bool):
+        metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+        return (score_answer_only if answer_only else score_response)(text, sample.label, metadata)
 
     async def grader(args, sample, text: str, *, answer_only: bool, **kwargs):
         """Score `text` (whole response, or the bare answer when `answer_only`)."""
         if kwargs:
             raise TypeError(f"rm_type {name!r} takes no options, got {sorted(kwargs)}")
-        metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
-        fn = score_answer_only if answer_only else score_response
-        return await asyncio.to_thread(fn, text, sample.label, metadata)
+        return await asyncio.to_thread(score, sample, text, answer_only)
 
     grader.__qualname__ = f"local_grader[{name}]"
+    grader.score = score
     return grader
 
 
@@ -103,24 +107,40 @@ def known_rm_types() -> list[str]:
     return sorted(REWARD_TYPES) + sorted(BOXED_PREFIX + name for name in REWARD_TYPES)
 
 
-def get_reward_fn(rm_type: str) -> Callable[..., Awaitable[Any]]:
-    """The reward function `async fn(args, sample, **kwargs)` for `rm_type` (maybe boxed_-prefixed).
-
+def _grader_and_text(rm_type: str) -> tuple[Grader, bool, Callable[[Any], str]]:
+    """(grader, answer_only, sample -> the text it scores) for `rm_type` (maybe boxed_-prefixed).
     Raises UnknownRewardTypeError (a ValueError and a NotImplementedError) naming the type and the
-    accepted ones when it is unknown.
-    """
+    accepted ones when it is unknown."""
     name = rm_type.strip()
     boxed = name.startswith(BOXED_PREFIX)
     base = name[len(BOXED_PREFIX) :] if boxed else name
     if base not in REWARD_TYPES:
         raise UnknownRewardTypeError(f"unknown rm_type {rm_type!r}; known: {', '.join(known_rm_types())}")
-    grader = REWARD_TYPES[base]
+
+    def text_of(sample) -> str:
+        text = sample.response or ""
+        return (extract_boxed_answer(text) or "") if boxed else text
+
+    return REWARD_TYPES[base], boxed, text_of
+
+
+def get_reward_fn(rm_type: str) -> Callable[..., Awaitable[Any]]:
+    """The reward function `async fn(args, sample, **kwargs)` for `rm_type` (maybe boxed_-prefixed).
+    Raises UnknownRewardTypeError when it is unknown."""
+    grader, boxed, text_of = _grader_and_text(rm_type)
 
     async def reward(args, sample, **kwargs):
         """Reward of `sample` under `rm_type`."""
-        text = sample.response or ""
-        if boxed:
-            text = extract_boxed_answer(text) or ""
-        return await grader(args, sample, text, answer_only=boxed, **kwargs)
+        return await grader(args, sample, text_of(sample), answer_only=boxed, **kwargs)
 
     return reward
+
+
+def local_score_fn(rm_type: str) -> Callable[[Any], Any] | None:
+    """`fn(sample) -> reward` computed in the calling thread, for the types scored by a pure local
+    function (math, deepscaler, dapo, f1, gpqa, and their boxed_ forms); None for the others. The
+    same value as `get_reward_fn(rm_type)(args, sample)`; lets a caller score many samples in one
+    worker thread instead of one thread hop each."""
+    grader, boxed, text_of = _grader_and_text(rm_type)
+    score = getattr(grader, "score", None)
+    return None if score is None else (lambda sample: score(sample, text_of(sample), boxed))

@@ -131,3 +131,23 @@ def test_flag_choices_match_the_registry():
     from slime.utils.arguments.rollout import RM_TYPES
 
     assert sorted(RM_TYPES) == sorted(known_rm_types())
+
+
+def test_async_rm_each_equals_async_rm_per_sample_with_one_thread_hop(monkeypatch):
+    """Local types (math, boxed_f1, dapo by metadata) are scored in one worker thread together;
+    custom and random ones go through async_rm; every value equals async_rm's, in order."""
+    from slime.rollout import rm_hub
+
+    args = make_args(rm_type="math")
+    samples = [Sample(response=r"\boxed{3/4}", label="0.75"), Sample(response="1", label="0"),
+               Sample(response="Answer: 36", label="36", metadata={"rm_type": "dapo"}),
+               Sample(response=r"It is \boxed{Paris}", label="Paris", metadata={"rm_type": "boxed_f1"}),
+               Sample(response="x", label="x", index=3, metadata={"rm_type": "random"}),
+               Sample(response="hello", label="hello", custom_rm_path=f"{HELPERS}.rm")]
+    want = [run(async_rm(args, s)) for s in samples]
+    hops = []
+    to_thread = asyncio.to_thread
+    monkeypatch.setattr(rm_hub.asyncio, "to_thread", lambda fn, *a: (hops.append(fn), to_thread(fn, *a))[1])
+    assert run(rm_hub.async_rm_each(args, samples)) == want
+    assert len(hops) == 1
+    assert run(batched_async_rm(args, samples)) == want
