@@ -101,11 +101,7 @@ def flatten_unpadded(named_tensors) -> tuple[torch.Tensor, list[FlattenedTensorM
     the tensors go in order of decreasing element size, so every start is a multiple of its element
     size without padding (sizes are powers of two). Returns the buffer and the metadata, whose
     order is the one to announce."""
-    ordered = sorted(named_tensors, key=lambda named: -named[1].element_size())  # stable
-    flattened, metadata = flatten_bucket(ordered)
-    if flattened.numel() != sum(m.numel for m in metadata):
-        raise AssertionError("a flattened bucket in decreasing element size needed padding")
-    return flattened, metadata
+    return flatten_bucket(sorted(named_tensors, key=lambda named: -named[1].element_size()))  # stable sort
 
 
 def unpadded_layout(dtypes: list[torch.dtype], shapes) -> tuple[list[tuple[int, int]], int]:

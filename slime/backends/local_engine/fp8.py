@@ -82,14 +82,11 @@ class Fp8Weights:
                                f", got {str(scale.dtype).removeprefix('torch.')} {tuple(scale.shape)}")
         return dequantize_block(tensor, scale, self.block_size)
 
-    def receive(self, group, names, dtypes, shapes, device: str) -> list[tuple[str, torch.Tensor]]:
-        """Receive one distributed update into fresh buffers of the announced dtypes; names are
-        checked afterwards (`dequantize_named`), once every broadcast was drained."""
-        torch_dtypes = [getattr(torch, str(d).removeprefix("torch."), None) for d in dtypes]
-        for name, dtype, torch_dtype in zip(names, dtypes, torch_dtypes):
-            if not isinstance(torch_dtype, torch.dtype):
-                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
-        named = [(n, torch.empty(tuple(s), dtype=d, device=device)) for n, d, s in zip(names, torch_dtypes, shapes)]
+    def receive(self, group, names, dtypes: list[torch.dtype], shapes, device: str) -> list[tuple[str, torch.Tensor]]:
+        """Receive one distributed update into fresh buffers of the announced dtypes (resolved by
+        `weights.announced_dtypes`); names are checked afterwards (`dequantize_named`), once every
+        broadcast was drained."""
+        named = [(n, torch.empty(tuple(s), dtype=d, device=device)) for n, d, s in zip(names, dtypes, shapes)]
         for _, buffer in named:
             group.broadcast(buffer, src=0)
         return named

@@ -87,6 +87,18 @@ def check_fused_sets(names, groups) -> None:
                            f"(SGLang would silently drop the lone half): {detail}")
 
 
+def announced_dtypes(names, dtypes) -> list[torch.dtype]:
+    """The torch dtypes a distributed update announces ("bfloat16" or "torch.bfloat16"); RequestError
+    naming the tensor for a name that is not one."""
+    out = []
+    for name, dtype in zip(names, dtypes):
+        torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
+        out.append(torch_dtype)
+    return out
+
+
 class WeightManager:
     """Applies weight updates to `model` and tracks the weight version."""
 
@@ -166,7 +178,7 @@ class WeightManager:
         except Exception as exc:  # SGLang answers a failed join with 400 and this message
             raise RequestError(f"Failed to initialize custom process group: {exc}.") from exc
 
-    def _plan_receive(self, names, dtypes, shapes, device: str) -> tuple[list, RequestError | None]:
+    def _plan_receive(self, names, dtypes: list[torch.dtype], shapes, device: str) -> tuple[list, RequestError | None]:
         """Per tensor (buffer to receive into, target to copy into or None); plus the first error.
 
         A tensor whose target parameter (or fused view) has the same dtype, shape and device and is
@@ -179,10 +191,7 @@ class WeightManager:
             check_fused_sets(names, self.fused_groups)
         except RequestError as exc:  # reported once the broadcasts were drained
             error = exc
-        for name, dtype, shape in zip(names, dtypes, shapes):
-            torch_dtype = getattr(torch, str(dtype).removeprefix("torch."), None)
-            if not isinstance(torch_dtype, torch.dtype):
-                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
+        for name, torch_dtype, shape in zip(names, dtypes, shapes):
             target = None
             try:
                 target = resolve_parameter(params, name)
@@ -214,6 +223,7 @@ class WeightManager:
             raise RequestError("names, dtypes and shapes must have the same length")
         group = self._groups[group_name]
         device = "cuda" if group.device == "cuda" else "cpu"
+        dtypes = announced_dtypes(names, dtypes)
         if load_format == FLATTENED_BUCKET:
             return self.load_named_tensors(self._receive_flattened(group, names, dtypes, shapes, device), weight_version)
         if self.fp8 is not None:  # received whole, then dequantised pairwise
@@ -230,20 +240,16 @@ class WeightManager:
         return len(plan)
 
     @staticmethod
-    def _receive_flattened(group, names, dtypes, shapes, device: str) -> list[tuple[str, torch.Tensor]]:
+    def _receive_flattened(group, names, dtypes: list[torch.dtype], shapes, device: str) -> list[tuple[str, torch.Tensor]]:
         """One broadcast of the tensors' bytes, each right after the previous one (SGLang's
         `FlattenedTensorBucket.empty`); a tensor whose start is not a multiple of its element size
         is refused after the broadcast was received (SGLang 0.5.23 refuses it before, leaving the
         sender waiting)."""
-        torch_dtypes = [getattr(torch, str(d).removeprefix("torch."), None) for d in dtypes]
-        for name, dtype, torch_dtype in zip(names, dtypes, torch_dtypes):
-            if not isinstance(torch_dtype, torch.dtype):
-                raise RequestError(f"dtypes: {dtype!r} (for {name!r}) is not a torch dtype")
-        ranges, total = unpadded_layout(torch_dtypes, shapes)
+        ranges, total = unpadded_layout(dtypes, shapes)
         flattened = torch.empty(total, dtype=torch.uint8, device=device)
         group.broadcast(flattened, src=0)
         named = []
-        for name, dtype, shape, (start, end) in zip(names, torch_dtypes, shapes, ranges):
+        for name, dtype, shape, (start, end) in zip(names, dtypes, shapes, ranges):
             if start % dtype.itemsize:
                 raise RequestError(f"flattened bucket: {name!r} ({dtype}) starts at byte {start}, not a multiple "
                                    f"of its element size; send larger element sizes first")
