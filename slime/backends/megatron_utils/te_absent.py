@@ -2,8 +2,8 @@
 
 megatron-core 0.16.1 has torch fallbacks for TE's and Apex's kernels, but four places break when
 those packages are absent: on a CPU machine, and as much on a GPU one that runs the local
-(`--transformer-impl local`) spec without them. So these are applied wherever the model is built,
-CUDA or not (``slime.backends.megatron_utils.parallel.initialize_megatron``; the CPU patches of
+(`--transformer-impl local`) spec without them; one more is slow (``patch_unfused_thd_rope``).
+So these are applied wherever the model is built, CUDA or not (``slime.backends.megatron_utils.parallel.initialize_megatron``; the CPU patches of
 ``cpu_compat`` come on top without CUDA). Each patch checks the package's absence itself (a no-op
 where TE / Apex is installed), is idempotent and reports whether it changed anything.
 Found on an H100 without TE (2026-11-26): the MoE router's forward raised ``NameError:
@@ -12,6 +12,8 @@ te_general_gemm`` in the first train step, because this patch was applied on CPU
 
 import importlib.util
 import logging
+
+import torch
 
 logger = logging.getLogger(__name__)
 
@@ -116,11 +118,66 @@ def patch_optimizer_te_version() -> bool:
     return True
 
 
+def _thd_rope_in_one_pass(original):
+    """``rope_utils._apply_rotary_pos_emb_thd`` with each token's frequencies gathered by its
+    position in its own sequence (one index over the packed row) instead of sliced sequence by
+    sequence in Python; `original` keeps the cases it does not cover."""
+
+    def apply(t, cu_seqlens, freqs, rotary_interleaved=False, multi_latent_attention=False,
+              mscale=1.0, cp_group=None):
+        from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+        kwargs = dict(rotary_interleaved=rotary_interleaved, multi_latent_attention=multi_latent_attention,
+                      mscale=mscale, cp_group=cp_group)
+        total = t.size(0)
+        # context parallel (load-balanced halves), freqs over every packed position (offset
+        # mapping) and a row the sequence lengths do not cover stay with upstream's loop
+        if (cp_group is None or cp_group.size() != 1 or freqs.size(0) == total
+                or cu_seqlens.numel() < 2 or int(cu_seqlens[-1]) != total):
+            return original(t, cu_seqlens, freqs, **kwargs)
+        starts = cu_seqlens[:-1].to(torch.long)
+        lengths = cu_seqlens[1:].to(torch.long) - starts
+        positions = (torch.arange(total, device=t.device)
+                     - torch.repeat_interleave(starts, lengths, output_size=total))
+        return _apply_rotary_pos_emb_bshd(
+            t.unsqueeze(1), freqs.index_select(0, positions.to(freqs.device)),
+            rotary_interleaved=rotary_interleaved, multi_latent_attention=multi_latent_attention,
+            mscale=mscale,
+        ).squeeze(1)
+
+    setattr(apply, _MARK, True)
+    return apply
+
+
+def patch_unfused_thd_rope() -> bool:
+    """``rope_utils._apply_rotary_pos_emb_thd`` (unfused RoPE on a packed THD row) -> one gather
+    of the frequencies by in-sequence position, then upstream's own ``_apply_rotary_pos_emb_bshd``.
+
+    Why: without Transformer Engine ``apply_rope_fusion`` is off and megatron-core 0.16.1 applies
+    RoPE to packed sequences by splitting the row into its sequences in Python (a host sync for
+    the lengths, one slice of the frequencies per sequence, a concatenation), for the queries and
+    the keys of every layer: 1024 slices per forward for 256 one-token samples on 2 layers. The
+    same frequencies land on the same tokens (an index gather instead of slices), and upstream's
+    elementwise rotation runs unchanged, so the result is bitwise the same
+    (``tests/unit/backends/megatron_utils/test_thd_rope.py``). Context parallelism and the
+    offset-mapped frequencies of VLM RoPE keep upstream's loop. Not applied where TE is
+    installed: its fused THD kernel is used instead. Can go when upstream vectorises the loop.
+    """
+    from megatron.core.models.common.embeddings import rope_utils
+
+    original = rope_utils._apply_rotary_pos_emb_thd
+    if importlib.util.find_spec("transformer_engine") is not None or getattr(original, _MARK, False):
+        return False
+    rope_utils._apply_rotary_pos_emb_thd = _thd_rope_in_one_pass(original)
+    return True
+
+
 TE_ABSENT_PATCHES = {
     "mla_have_te": patch_mla_have_te,
     "te_general_gemm": patch_te_general_gemm,
     "torch_adam_state_copy": patch_torch_adam_state_copy,
     "optimizer_te_version": patch_optimizer_te_version,
+    "unfused_thd_rope": patch_unfused_thd_rope,
 }
 
 
