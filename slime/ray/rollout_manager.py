@@ -28,6 +28,7 @@ from slime.backends.sglang_utils.router import RouterProcess, add_worker, remove
 from slime.ray.access import ROUTER_HOST
 from slime.ray.engines import EngineStart, create_engine_actor, start_engines
 from slime.utils.misc import free_port
+from slime.rollout.generate_state import close_job_clients
 from slime.rollout.train_data import logged_rollout_metrics, post_process_rewards, samples_to_train_data
 from slime.utils.engine_client import SyncEngineClient
 from slime.utils.misc import load_function
@@ -341,6 +342,7 @@ class RolloutManager:
         if self.monitor is not None:
             self.monitor.stop()
             self.monitor = None
+        close_job_clients(self.args)  # the rollouts' HTTP clients, kept across rollouts
         if self.router is None and self.engines:
             for url in self.engine_urls():
                 remove_worker(self.router_url, url)

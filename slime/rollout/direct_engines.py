@@ -15,6 +15,7 @@ import asyncio
 
 import aiohttp
 
+from slime.rollout.client_pool import ClientPool
 from slime.utils.engine_client import EngineClient
 
 
@@ -27,10 +28,12 @@ class DirectEngines:
     """Round-robin clients of the engines registered with a router (listed on first use, and
     again after `forget()`). Concurrent first picks (a rollout's groups all start at once) wait for
     one listing and share its clients: one HTTP session per engine, whose connections the
-    requests reuse."""
+    requests reuse. With `pool` (`client_pool.ClientPool`) the clients are the pool's, kept
+    for later rollouts and left open by `close()`."""
 
-    def __init__(self, router: EngineClient) -> None:
+    def __init__(self, router: EngineClient, pool: ClientPool | None = None) -> None:
         self._router = router
+        self._pool = pool
         self._clients: list[EngineClient] | None = None
         self._stale: list[EngineClient] = []
         self._next = 0
@@ -52,6 +55,8 @@ class DirectEngines:
         if not urls:
             raise NoEngineListed(f"the router at {self._router.base_url} lists no engines")
         timeout = self._router.timeout.total
+        if self._pool is not None:
+            return [self._pool.client(url, timeout) for url in urls]
         return [EngineClient(url, timeout=timeout) for url in urls]
 
     def forget(self) -> None:
@@ -62,7 +67,8 @@ class DirectEngines:
         self._clients = None
 
     async def close(self) -> None:
-        """Close every engine client opened so far."""
-        for client in self._stale + (self._clients or []):
-            await client.close()
-        self._stale, self._clients = [], None
+        """Close every engine client opened so far (the pool's stay open)."""
+        clients, self._stale, self._clients = self._stale + (self._clients or []), [], None
+        if self._pool is None:
+            for client in clients:
+                await client.close()

@@ -12,8 +12,9 @@ still generating; a custom generate function should then stop and mark its sampl
 `remaining_batch_size` (groups submitted and not filtered out), `pendings` (the set of in-flight
 group tasks), `dp_counts` / `dp_rank` / `dp_rank_context()`, `reset()` and
 `submit_generate_tasks(groups)`; ours: `slots(n)` (n of the semaphore's permits at once, for a
-group's batched request). The default rollout shares the semaphore, tokenizer and abort flag
-with this object and calls `reset()` after every train and eval rollout.
+group's batched request) and `client_pool()` (the HTTP clients the default rollout keeps
+across rollouts). The default rollout shares the semaphore, tokenizer and abort flag with this
+object and calls `reset()` after every train and eval rollout.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import asyncio
 import contextlib
 import functools
 
+from slime.rollout.client_pool import ClientPool
+from slime.utils.async_utils import on_background_loop
 from slime.utils.data import load_tokenizer
 
 STATE_ATTR = "_slime_generate_state"
@@ -84,6 +87,7 @@ class GenerateState:
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop = None
         self._slots_lock: asyncio.Lock | None = None
+        self._pool: ClientPool | None = None
         self.reset()
 
     def __reduce__(self):
@@ -109,6 +113,16 @@ class GenerateState:
             self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.concurrency), loop
             self._slots_lock = asyncio.Lock()
         return self._semaphore
+
+    def client_pool(self) -> ClientPool | None:
+        """The job's HTTP clients (`client_pool.ClientPool`) when called on the process's
+        background loop, where the default rollout runs; None elsewhere (a custom rollout's own
+        loop: its calls open and close their clients, which cannot outlive that loop)."""
+        if not on_background_loop():
+            return None
+        if self._pool is None:
+            self._pool = ClientPool()
+        return self._pool
 
     @contextlib.asynccontextmanager
     async def slots(self, n: int):
@@ -156,3 +170,13 @@ class GenerateState:
                 generate_and_rm_group(self.args, group, self.sampling_params.copy(), evaluation=False))
             self.pendings.add(task)
         self.remaining_batch_size += len(groups)
+
+
+def close_job_clients(args) -> None:
+    """The job's end: close the HTTP clients `args`'s `GenerateState` kept across rollouts (on the
+    background loop, where they were used); nothing when no state or no pool was made."""
+    state = getattr(args, STATE_ATTR, None)
+    pool = state._pool if isinstance(state, GenerateState) else None
+    if pool is not None:
+        state._pool = None
+        pool.shutdown()

@@ -1,6 +1,7 @@
 """`RolloutContext`: what one call of the default rollout shares (the job's `GenerateState`, the
 router client, the clients of requests that go straight to engines, the plugins), opened per
-rollout call and closed when it ends. `slime.rollout.sglang_rollout` re-exports it."""
+rollout call and closed when it ends (the HTTP clients are the job's `ClientPool`'s on the
+background loop, and stay open). `slime.rollout.sglang_rollout` re-exports it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Callable
 
+from slime.rollout.client_pool import ClientPool
 from slime.rollout.direct_engines import DirectEngines
 from slime.rollout.generate_state import GenerateState
 from slime.rollout.router_requests import ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_client
@@ -27,6 +29,7 @@ class RolloutContext:
     custom_generate: Callable | None = None
     sample_hooks: list[Callable] = field(default_factory=list)
     direct: DirectEngines | None = None  # R3 and group requests bypass the router (direct_engines.py)
+    pool: ClientPool | None = None  # the job's clients (client_pool.py): `client` and `direct` are the pool's
     teacher: EngineClient | None = None  # --use-opd --opd-type sglang: the teacher's server (opd_teacher.py)
     _prompt_ids: dict = field(default_factory=dict, repr=False)  # prompt text -> token ids, this rollout's
 
@@ -64,12 +67,13 @@ class RolloutContext:
             await self.direct.close()
         if self.teacher is not None:
             await self.teacher.close()
-        await self.client.close()
+        if self.pool is None:
+            await self.client.close()
 
     def direct_engines(self) -> DirectEngines:
         """Round-robin clients of the router's engines, for requests the router cannot carry."""
         if self.direct is None:
-            self.direct = DirectEngines(self.client)
+            self.direct = DirectEngines(self.client, self.pool)
         return self.direct
 
     async def generate_client(self, payload: dict) -> EngineClient:
@@ -80,11 +84,14 @@ class RolloutContext:
 
     @classmethod
     def create(cls, args, rollout_id=None) -> "RolloutContext":
+        state = GenerateState(args)
+        pool = state.client_pool()  # on the background loop: the job's clients, kept across calls
         return cls(
             args=args,
             rollout_id=rollout_id,
-            client=router_client(args),
-            state=GenerateState(args),
+            client=router_client(args, pool),
+            state=state,
+            pool=pool,
             custom_generate=maybe_load(args.custom_generate_function_path),
             sample_hooks=[load_function(p) for p in (args.rollout_sample_hook_path or [])],
             teacher=_teacher_client(args),

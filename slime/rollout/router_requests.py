@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
+from slime.rollout.client_pool import ClientPool
 from slime.utils.engine_client import EngineClient, EngineHTTPError
 
 logger = logging.getLogger(__name__)
@@ -22,11 +23,13 @@ logger = logging.getLogger(__name__)
 ROUTER_DEFAULT_REQUEST_TIMEOUT_S = 1800
 
 
-def router_client(args) -> EngineClient:
-    """The rollout's client of the router; it waits as long as the router does for an engine's
-    answer (--router-request-timeout-secs, else the router's default)."""
-    timeout = getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S
-    return EngineClient(router_url(args), timeout=float(timeout))
+def router_client(args, pool: ClientPool | None = None) -> EngineClient:
+    """The rollout's client of the router (`pool`'s when given); it waits as long as the router
+    does for an engine's answer (--router-request-timeout-secs, else the router's default)."""
+    timeout = float(getattr(args, "router_request_timeout_secs", None) or ROUTER_DEFAULT_REQUEST_TIMEOUT_S)
+    if pool is not None:
+        return pool.client(router_url(args), timeout)
+    return EngineClient(router_url(args), timeout=timeout)
 
 
 def router_url(args) -> str:

@@ -22,11 +22,25 @@ class AsyncLoopThread(metaclass=SingletonMeta):
         self._thread = threading.Thread(target=self.loop.run_forever, name="slime-async-loop", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine) -> Any:
-        """The coroutine's result (its exception is raised here)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def run(self, coro: Coroutine, timeout: float | None = None) -> Any:
+        """The coroutine's result (its exception is raised here; `TimeoutError` after `timeout`
+        seconds, the coroutine going on)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
-def run(coro: Coroutine) -> Any:
-    """Run `coro` on the shared background loop and return its result."""
-    return AsyncLoopThread().run(coro)
+def run(coro: Coroutine, timeout: float | None = None) -> Any:
+    """Run `coro` on the shared background loop and return its result (waiting at most `timeout`
+    seconds when given)."""
+    return AsyncLoopThread().run(coro, timeout)
+
+
+def on_background_loop() -> bool:
+    """True when called from a coroutine running on the shared background loop (no loop is
+    started here)."""
+    thread = SingletonMeta.instance(AsyncLoopThread)
+    if thread is None:
+        return False
+    try:
+        return asyncio.get_running_loop() is thread.loop
+    except RuntimeError:  # no running loop
+        return False

@@ -43,10 +43,12 @@ class EngineClient:
     created lazily inside the running loop. `api_key` None means the job's (`$SLIME_API_KEY`).
     """
 
-    def __init__(self, base_url: str, timeout: float = 600.0, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str, timeout: float = 600.0, api_key: str | None = None,
+                 keepalive_timeout: float | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.headers = auth_headers(api_key or job_api_key())
+        self.keepalive_timeout = keepalive_timeout  # idle connections kept this long (None: aiohttp's default)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "EngineClient":
@@ -63,7 +65,9 @@ class EngineClient:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, headers=self.headers)
+            connector = (None if self.keepalive_timeout is None
+                         else aiohttp.TCPConnector(keepalive_timeout=self.keepalive_timeout))
+            self._session = aiohttp.ClientSession(timeout=self.timeout, headers=self.headers, connector=connector)
         return self._session
 
     async def request(self, method: str, path: str, payload: dict | None = None):

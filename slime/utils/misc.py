@@ -188,3 +188,8 @@ class SingletonMeta(type):
     @staticmethod
     def clear(cls) -> None:
         SingletonMeta._instances.pop(cls, None)
+
+    @staticmethod
+    def instance(cls):
+        """`cls`'s instance, or None when none was constructed (none is made here)."""
+        return SingletonMeta._instances.get(cls)

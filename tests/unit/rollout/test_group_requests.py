@@ -281,3 +281,55 @@ def test_slots_hold_several_permits_without_deadlock():
     assert peak[0] <= 4 and held[0] == 0
     with pytest.raises(ValueError, match="sglang-server-concurrency"):
         asyncio.run(take(5))
+
+
+def test_rollouts_on_the_background_loop_reuse_the_jobs_clients_and_connections(args, monkeypatch):
+    """Two train rollouts with group requests: the same engine and router clients (one session
+    each, idle connections dropped before the servers' keep-alive), and the second rollout opens
+    no new connection; `close_job_clients` closes them at the job's end."""
+    from slime.rollout.client_pool import KEEPALIVE_S
+    from slime.rollout.generate_state import close_job_clients
+
+    connects = []
+    real_connect = aiohttp.TCPConnector._create_connection
+
+    async def counted(self, req, traces, timeout):
+        connects.append(req.url.port)
+        return await real_connect(self, req, traces, timeout)
+
+    monkeypatch.setattr(aiohttp.TCPConnector, "_create_connection", counted)
+    args.rollout_group_requests = True
+    source = RolloutDataSourceWithBuffer(args)
+    clients = []
+    for rollout_id in (0, 1):
+        generate_rollout(args, rollout_id, source)
+        pool = GenerateState(args)._pool
+        clients.append(list(pool._clients.values()))
+        if rollout_id == 0:
+            first_connects = len(connects)
+    assert [c.base_url for c in clients[0]] == [c.base_url for c in clients[1]]
+    assert all(a is b and a._session is b._session for a, b in zip(*clients))
+    assert all(c._session.connector._keepalive_timeout == KEEPALIVE_S for c in clients[1])
+    assert first_connects > 0 and len(connects) == first_connects, "the second rollout reconnected"
+    close_job_clients(args)
+    assert all(c._session is None for c in clients[1]) and GenerateState(args)._pool is None
+
+
+def test_a_rollout_on_its_own_loop_closes_its_clients(args):
+    """Outside the background loop (a custom rollout's `asyncio.run`) no pool is used: the call's
+    clients are its own and closed when it ends."""
+    args.rollout_group_requests = True
+    opened = []
+    real = RolloutContext.create
+
+    def create(*a, **kw):
+        ctx = real(*a, **kw)
+        opened.append(ctx)
+        return ctx
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RolloutContext, "create", create)
+        out = _one_group(args)
+    assert len(out) == 2 and GenerateState(args)._pool is None
+    ctx = opened[0]
+    assert ctx.pool is None and ctx.client._session is None
