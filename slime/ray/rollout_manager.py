@@ -168,6 +168,9 @@ class RolloutManager:
             self.kind, self.engines, self.positions = engines.kind, engines.actors, engines.positions
             self.router = self._launch_router(args)  # while the engines start
         self.data_source = make_data_source(load_function(args.data_source_path), args)  # while both start
+        # imported while they start (a path that does not import fails here, not at the first rollout)
+        self.rollout_fn = load_function(args.rollout_function_path)
+        self.eval_fn = load_function(args.eval_function_path or args.rollout_function_path)
         if self.router is not None:
             self.router.wait_ready()
             mark("router up")
@@ -277,8 +280,7 @@ class RolloutManager:
         if args.load_debug_rollout_data:
             samples = load_debug_samples(args.load_debug_rollout_data, rollout_id)
         else:
-            fn = load_function(args.rollout_function_path)
-            out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=False)
+            out = call_rollout_fn(self.rollout_fn, args, rollout_id, self.data_source, evaluation=False)
             samples = [s for group in out.samples for s in group]
             extra_metrics = dict(out.metrics or {})
         seconds = time.monotonic() - start
@@ -293,8 +295,7 @@ class RolloutManager:
         args = self.args
         if args.use_fault_tolerance:
             self.check_engines()
-        fn = load_function(args.eval_function_path or args.rollout_function_path)
-        out = call_rollout_fn(fn, args, rollout_id, self.data_source, evaluation=True)
+        out = call_rollout_fn(self.eval_fn, args, rollout_id, self.data_source, evaluation=True)
         log_fn = args.custom_eval_rollout_log_function_path
         if log_fn and call_log_function(load_function(log_fn), rollout_id, args, out.data, dict(out.metrics or {})):
             return {}

@@ -12,9 +12,15 @@ Measured with megatron-core 0.16.1 on torch 2.13.0+cpu (CPU seconds of the impor
   package imports, `torch.compile(fn, **options)` of a plain function returns a wrapper that makes
   the same `torch.compile(fn, **options)` call at the function's first call and then calls what it
   returned. torch.compile itself compiles nothing before the first call either, so what runs is the
-  same; only dynamo's import moves to the first fused call (never, on CPU, where
-  `kernels.Kernels` turns the fusions off). Anything else (a module, a decorator factory's later
-  use) goes to the real torch.compile. Can go if megatron-core decorates lazily.
+  same; only dynamo's import moves to the first fused call. Anything else (a module, a decorator
+  factory's later use) goes to the real torch.compile. Can go if megatron-core decorates lazily.
+  Without CUDA the wrapper calls the function itself, uncompiled: there `kernels.Kernels` turns
+  the fusions off, and the one `@jit_fuser` function left on the path, the MoE router's
+  `TopKRouter._apply_expert_bias` (called by every routing, expert bias or not), made every
+  trainer rank import torch._dynamo and torch._inductor and trace it in its first forward: the
+  first train step of the main job took 1.45 s instead of 0.15 s. Its eager tensor ops compute
+  the same; inductor's CPU kernels are not what a GPU runs anyway, and dynamo's trace of it (what
+  a GPU run does first) is checked by tests/unit/backends/megatron_utils/test_lean_import.py.
 - `hidden_wandb`: `megatron.core.inference.contexts.dynamic_context` and `megatron.core.timers`
   import wandb when it is installed, for the inference engine's and megatron's own timers' logging,
   neither of which the trainer uses. While the package imports, `import wandb` fails as if wandb
@@ -31,9 +37,10 @@ import sys
 
 
 @contextlib.contextmanager
-def deferred_torch_compile():
-    """Within the block, `torch.compile` of a plain function compiles at its first call (see the
-    module docstring); the real torch.compile is back on leaving."""
+def deferred_torch_compile(compile_at_first_call: bool = True):
+    """Within the block, `torch.compile` of a plain function compiles at its first call, or with
+    `compile_at_first_call` False is never compiled (see the module docstring); the real
+    torch.compile is back on leaving."""
     import torch
 
     real = torch.compile
@@ -49,7 +56,7 @@ def deferred_torch_compile():
         def call(*args, **kwargs):
             nonlocal compiled
             if compiled is None:
-                compiled = real(model, **options)
+                compiled = real(model, **options) if compile_at_first_call else model
             return compiled(*args, **kwargs)
 
         return call
@@ -76,10 +83,13 @@ def hidden_wandb():
 
 
 def import_megatron_core() -> None:
-    """Import megatron-core under both patches; a no-op once it is imported. Call it before any
-    other import of megatron-core in the process."""
+    """Import megatron-core under both patches (its `@jit_fuser` functions compiled at their first
+    call with CUDA, never without); a no-op once it is imported. Call it before any other import
+    of megatron-core in the process."""
     if "megatron.core" in sys.modules:
         return
-    with deferred_torch_compile(), hidden_wandb():
+    import torch
+
+    with deferred_torch_compile(compile_at_first_call=torch.cuda.is_available()), hidden_wandb():
         import megatron.core  # noqa: F401
         import megatron.core.transformer.transformer_config  # noqa: F401 - the fused kernels' modules
