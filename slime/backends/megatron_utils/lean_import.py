@@ -17,8 +17,8 @@ Measured with megatron-core 0.16.1 on torch 2.13.0+cpu (CPU seconds of the impor
   Without CUDA the wrapper calls the function itself, uncompiled: there `kernels.Kernels` turns
   the fusions off, and the one `@jit_fuser` function left on the path, the MoE router's
   `TopKRouter._apply_expert_bias` (called by every routing, expert bias or not), made every
-  trainer rank import torch._dynamo and torch._inductor and trace it in its first forward: the
-  first train step of the main job took 1.45 s instead of 0.15 s. Its eager tensor ops compute
+  trainer rank import torch._dynamo and torch._inductor and trace it in its first forward (the
+  benchmark job's first train step took 1.45 s instead of 0.15 s). Its eager tensor ops compute
   the same; inductor's CPU kernels are not what a GPU runs anyway, and dynamo's trace of it (what
   a GPU run does first) is checked by tests/unit/backends/megatron_utils/test_lean_import.py.
 - `hidden_wandb`: `megatron.core.inference.contexts.dynamic_context` and `megatron.core.timers`
