@@ -3,7 +3,8 @@
 megatron-core 0.16.1 has torch fallbacks for TE's and Apex's kernels, but four places break when
 those packages are absent: on a CPU machine, and as much on a GPU one that runs the local
 (`--transformer-impl local`) spec without them; one more is slow (``patch_unfused_thd_rope``).
-So these are applied wherever the model is built, CUDA or not (``slime.backends.megatron_utils.parallel.initialize_megatron``; the CPU patches of
+So these are applied wherever the model is built, CUDA or not
+(``slime.backends.megatron_utils.parallel.initialize_megatron``; the CPU patches of
 ``cpu_compat`` come on top without CUDA). Each patch checks the package's absence itself (a no-op
 where TE / Apex is installed), is idempotent and reports whether it changed anything.
 Found on an H100 without TE (2026-11-26): the MoE router's forward raised ``NameError:
