@@ -1,8 +1,9 @@
 """An SGLang engine's side of a weight-update group, run in its own process by test_rendezvous.py.
 
-`python -m tests.conformance.against_sglang.sglang_group_peer SPEC.json OUT.pt` joins the group
-described in SPEC ({master_address, master_port, rank_offset, world_size, group_name, names,
-dtypes, shapes, load_format}) with SGLang's own model-runner code: `init_weights_update_group` (which calls
+`python -m tests.conformance.against_sglang.sglang_group_peer SPEC.json OUT.pt [SPEC.json OUT.pt ...]`
+joins, one after the other, each group described in a SPEC ({master_address, master_port,
+rank_offset, world_size, group_name, names, dtypes, shapes, load_format}; one process for all of
+them: importing SGLang's model runner is most of its time) with SGLang's own model-runner code: `init_weights_update_group` (which calls
 `init_custom_process_group(backend, init_method="tcp://...", world_size, rank, group_name)`), then
 receives the tensors the way its `/update_weights_from_distributed` does, destroys the group with
 its `destroy_weights_update_group`, and saves {name: tensor} to OUT. The model-runner methods are
@@ -53,12 +54,17 @@ def _runner_functions():
     return cls.init_weights_update_group, receive, cls.destroy_weights_update_group
 
 
-def main(spec_path: str, out_path: str) -> None:
+def main(paths: list[str]) -> None:
     keep = declare_torchvision_ops()  # noqa: F841  (sglang imports torchvision)
-    spec = json.load(open(spec_path))
-    init, receive, destroy = _runner_functions()
+    functions = _runner_functions()
     # SGLang's engine process always has a default group (its TP world); one of size 1 here.
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    for spec_path, out_path in zip(paths[::2], paths[1::2]):
+        _join_and_receive(functions, json.load(open(spec_path)), out_path)
+
+
+def _join_and_receive(functions, spec: dict, out_path: str) -> None:
+    init, receive, destroy = functions
     runner = types.SimpleNamespace(tp_rank=0, device="cpu", _model_update_group={}, model=_Recorder())
     for method in receive.bucketed:  # what the flattened-bucket branch calls on `self`
         setattr(runner, method.__name__, types.MethodType(method, runner))
@@ -72,4 +78,4 @@ def main(spec_path: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:])

@@ -6,8 +6,8 @@ with SGLang's model-runner `init_weights_update_group` (its `init_custom_process
 TCP store in a prefix store named after the group) and receiving with its
 `/update_weights_from_distributed` code (sglang_group_peer.py). Tensors of several dtypes and
 shapes, broadcast in `names` order one by one or as one flattened bucket (our sender's format),
-arrive bit for bit. Before our store carried SGLang's prefix,
-the two sides waited on different keys until the timeout.
+arrive bit for bit (both formats in one test, one peer process for both groups). Before our
+store carried SGLang's prefix, the two sides waited on different keys until the timeout.
 """
 
 import json
@@ -44,39 +44,55 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-@pytest.mark.parametrize("load_format", [None, FLATTENED_BUCKET])
-def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path, load_format):
-    """One broadcast per tensor, or (what our sender sends) one of the bucket's bytes laid out by
-    `flatten_unpadded`, received by SGLang's FlattenedTensorBucket code of the release."""
-    bucket = _bucket()
-    flattened, metadata = flatten_unpadded(bucket.items())
+LOAD_FORMATS = (None, FLATTENED_BUCKET)
+
+
+def _spec(bucket: dict, load_format) -> tuple[dict, dict]:
+    """(the bucket in the order our sender announces, the group's spec for the peer)."""
     if load_format is not None:
-        bucket = {m.name: bucket[m.name] for m in metadata}  # the order our sender announces
-    port, group_name = free_port("127.0.0.1"), "slime-weights-pp0"
-    spec = {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1, "world_size": 2,
-            "group_name": group_name, "names": list(bucket), "load_format": load_format,
-            "dtypes": [str(t.dtype).removeprefix("torch.") for t in bucket.values()],
+        _, metadata = flatten_unpadded(bucket.items())
+        bucket = {m.name: bucket[m.name] for m in metadata}
+    spec = {"master_address": "127.0.0.1", "master_port": free_port("127.0.0.1"), "rank_offset": 1,
+            "world_size": 2, "group_name": "slime-weights-pp0", "names": list(bucket),
+            "load_format": load_format, "dtypes": [str(t.dtype).removeprefix("torch.") for t in bucket.values()],
             "shapes": [list(t.shape) for t in bucket.values()]}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    out = tmp_path / "received.pt"
+    return bucket, spec
+
+
+def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
+    """One broadcast per tensor, then (what our sender sends) one of the bucket's bytes laid out
+    by `flatten_unpadded`, received by SGLang's FlattenedTensorBucket code of the release: two
+    groups in turn with one peer process (its import of SGLang's model runner is most of its time)."""
+    cases = [_spec(_bucket(), load_format) for load_format in LOAD_FORMATS]
+    args = []
+    for i, (_, spec) in enumerate(cases):
+        (tmp_path / f"spec{i}.json").write_text(json.dumps(spec))
+        args += [str(tmp_path / f"spec{i}.json"), str(tmp_path / f"received{i}.pt")]
     log = open(tmp_path / "peer.log", "wb")
-    peer = subprocess.Popen([sys.executable, "-m", "tests.conformance.against_sglang.sglang_group_peer",
-                             str(tmp_path / "spec.json"), str(out)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    peer = subprocess.Popen([sys.executable, "-m", "tests.conformance.against_sglang.sglang_group_peer", *args],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
-        group = init_weight_update_group("127.0.0.1", port, 0, 2, group_name, "gloo", timeout_s=JOIN_TIMEOUT_S)
-        for tensor in [flattened] if load_format else [t.clone() for t in bucket.values()]:
-            group.broadcast(tensor, src=0)
+        for bucket, spec in cases:
+            group = init_weight_update_group("127.0.0.1", spec["master_port"], 0, 2, spec["group_name"], "gloo",
+                                             timeout_s=JOIN_TIMEOUT_S)
+            flat = [flatten_unpadded(bucket.items())[0]] if spec["load_format"] else None
+            for tensor in flat or [t.clone() for t in bucket.values()]:
+                group.broadcast(tensor, src=0)
+            group.destroy()
         assert peer.wait(timeout=JOIN_TIMEOUT_S) == 0, (tmp_path / "peer.log").read_text()[-3000:]
-        group.destroy()
     finally:
         if peer.poll() is None:
             peer.kill()
             peer.wait()
         log.close()
-    received = torch.load(out)
-    assert list(received) == list(bucket)
+    for i, (bucket, spec) in enumerate(cases):
+        _check_received(torch.load(tmp_path / f"received{i}.pt"), bucket, spec["load_format"])
+
+
+def _check_received(received: dict, bucket: dict, load_format) -> None:
+    assert list(received) == list(bucket), load_format
     for name, sent in bucket.items():
         got = received[name]
-        assert got.dtype == sent.dtype and got.shape == sent.shape, name
-        assert torch.equal(_bits(got), _bits(sent)), name
+        assert got.dtype == sent.dtype and got.shape == sent.shape, (load_format, name)
+        assert torch.equal(_bits(got), _bits(sent)), (load_format, name)
 
