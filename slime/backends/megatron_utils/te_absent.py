@@ -122,12 +122,12 @@ def patch_optimizer_te_version() -> bool:
 def _thd_rope_in_one_pass(original):
     """``rope_utils._apply_rotary_pos_emb_thd`` with each token's frequencies gathered by its
     position in its own sequence (one index over the packed row) instead of sliced sequence by
-    sequence in Python; `original` keeps the cases it does not cover."""
+    sequence in Python, then rotated by upstream's ``_apply_rotary_pos_emb_bshd`` (looked up
+    here, not per call); `original` keeps the cases it does not cover."""
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd as rotate_bshd
 
     def apply(t, cu_seqlens, freqs, rotary_interleaved=False, multi_latent_attention=False,
               mscale=1.0, cp_group=None):
-        from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
-
         kwargs = dict(rotary_interleaved=rotary_interleaved, multi_latent_attention=multi_latent_attention,
                       mscale=mscale, cp_group=cp_group)
         total = t.size(0)
@@ -140,7 +140,7 @@ def _thd_rope_in_one_pass(original):
         lengths = cu_seqlens[1:].to(torch.long) - starts
         positions = (torch.arange(total, device=t.device)
                      - torch.repeat_interleave(starts, lengths, output_size=total))
-        return _apply_rotary_pos_emb_bshd(
+        return rotate_bshd(
             t.unsqueeze(1), freqs.index_select(0, positions.to(freqs.device)),
             rotary_interleaved=rotary_interleaved, multi_latent_attention=multi_latent_attention,
             mscale=mscale,

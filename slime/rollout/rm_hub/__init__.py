@@ -84,11 +84,17 @@ async def async_rm_each(args, samples: list) -> list:
     rewards: list = [None] * len(samples)
     local: list[tuple[int, Any, str]] = []  # (index, score function, rm_type)
     others: list[int] = []
+    scorers: dict[str, Any] = {}  # rm_type -> its local score function (None: not a local type)
     for i, sample in enumerate(samples):
         custom = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
         rm_type = None if custom else resolve_rm_type(args, sample)
-        score = local_score_fn(rm_type) if rm_type else None
-        (local.append((i, score, rm_type)) if score else others.append(i))
+        if rm_type is not None and rm_type not in scorers:
+            scorers[rm_type] = local_score_fn(rm_type)
+        score = scorers.get(rm_type) if rm_type is not None else None
+        if score is not None:
+            local.append((i, score, rm_type))
+        else:
+            others.append(i)
 
     def score_local() -> list:
         return [score(samples[i]) for i, score, _ in local]

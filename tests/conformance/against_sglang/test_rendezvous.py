@@ -47,16 +47,18 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 LOAD_FORMATS = (None, FLATTENED_BUCKET)
 
 
-def _spec(bucket: dict, load_format) -> tuple[dict, dict]:
-    """(the bucket in the order our sender announces, the group's spec for the peer)."""
+def _spec(bucket: dict, load_format) -> tuple[dict, dict, list[torch.Tensor]]:
+    """(the bucket in the order our sender announces, the group's spec for the peer, the tensors
+    broadcast: one per tensor, or the flattened bucket)."""
+    sent = [t.clone() for t in bucket.values()]
     if load_format is not None:
-        _, metadata = flatten_unpadded(bucket.items())
-        bucket = {m.name: bucket[m.name] for m in metadata}
+        flattened, metadata = flatten_unpadded(bucket.items())
+        bucket, sent = {m.name: bucket[m.name] for m in metadata}, [flattened]
     spec = {"master_address": "127.0.0.1", "master_port": free_port("127.0.0.1"), "rank_offset": 1,
             "world_size": 2, "group_name": "slime-weights-pp0", "names": list(bucket),
             "load_format": load_format, "dtypes": [str(t.dtype).removeprefix("torch.") for t in bucket.values()],
             "shapes": [list(t.shape) for t in bucket.values()]}
-    return bucket, spec
+    return bucket, spec, sent
 
 
 def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
@@ -65,18 +67,17 @@ def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
     groups in turn with one peer process (its import of SGLang's model runner is most of its time)."""
     cases = [_spec(_bucket(), load_format) for load_format in LOAD_FORMATS]
     args = []
-    for i, (_, spec) in enumerate(cases):
+    for i, (_, spec, _) in enumerate(cases):
         (tmp_path / f"spec{i}.json").write_text(json.dumps(spec))
         args += [str(tmp_path / f"spec{i}.json"), str(tmp_path / f"received{i}.pt")]
     log = open(tmp_path / "peer.log", "wb")
     peer = subprocess.Popen([sys.executable, "-m", "tests.conformance.against_sglang.sglang_group_peer", *args],
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
-        for bucket, spec in cases:
+        for _, spec, sent in cases:
             group = init_weight_update_group("127.0.0.1", spec["master_port"], 0, 2, spec["group_name"], "gloo",
                                              timeout_s=JOIN_TIMEOUT_S)
-            flat = [flatten_unpadded(bucket.items())[0]] if spec["load_format"] else None
-            for tensor in flat or [t.clone() for t in bucket.values()]:
+            for tensor in sent:
                 group.broadcast(tensor, src=0)
             group.destroy()
         assert peer.wait(timeout=JOIN_TIMEOUT_S) == 0, (tmp_path / "peer.log").read_text()[-3000:]
@@ -85,7 +86,7 @@ def test_our_rank0_and_sglangs_helper_broadcast_a_bucket_bit_for_bit(tmp_path):
             peer.kill()
             peer.wait()
         log.close()
-    for i, (bucket, spec) in enumerate(cases):
+    for i, (bucket, spec, _) in enumerate(cases):
         _check_received(torch.load(tmp_path / f"received{i}.pt"), bucket, spec["load_format"])
 
 
