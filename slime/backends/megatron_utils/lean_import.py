@@ -4,7 +4,8 @@ driver's config check, each trainer rank) pays for that import during start-up, 
 a small machine are saturated; this is what start-up is made of (docs/performance.md, "Start-up").
 
 Measured with megatron-core 0.16.1 on torch 2.13.0+cpu (CPU seconds of the import after torch):
-2.6-2.7 plain, 1.2-1.3 without the first patch's cost, 0.9-1.0 without both.
+2.6-2.7 plain, 1.2-1.3 without the first patch's cost, 0.9-1.0 without both, 0.7-0.8 with
+tensorboard hidden too.
 
 - `deferred_torch_compile`: `megatron.core.jit` sets `jit_fuser = torch.compile` (torch >= 2.2), so
   every `@jit_fuser` function (the fused bias-GeLU, -GeGLU, -SwiGLU, ... kernels) calls
@@ -21,11 +22,13 @@ Measured with megatron-core 0.16.1 on torch 2.13.0+cpu (CPU seconds of the impor
   benchmark job's first train step took 1.45 s instead of 0.15 s). Its eager tensor ops compute
   the same; inductor's CPU kernels are not what a GPU runs anyway, and dynamo's trace of it (what
   a GPU run does first) is checked by tests/unit/backends/megatron_utils/test_lean_import.py.
-- `hidden_wandb`: `megatron.core.inference.contexts.dynamic_context` and `megatron.core.timers`
-  import wandb when it is installed, for the inference engine's and megatron's own timers' logging,
-  neither of which the trainer uses. While the package imports, `import wandb` fails as if wandb
-  were absent (megatron then records HAVE_WANDB = False); afterwards wandb imports as usual, for
-  `--use-wandb`'s sink.
+- `hidden_modules`: `megatron.core.inference.contexts.dynamic_context` and `megatron.core.timers`
+  import wandb when it is installed, and `megatron.core.timers` imports `torch.utils.tensorboard`
+  (tensorboard's stub of TensorFlow: 0.2 CPU-s), for the inference engine's and megatron's own
+  timers' logging, neither of which the trainer uses (megatron's `Timers.write` is never called:
+  our sinks log). While the package imports, both imports fail as if the packages were absent
+  (megatron then records HAVE_WANDB = False, SummaryWriter = None); afterwards they import as
+  usual, for `--use-wandb`'s and `--use-tensorboard`'s sinks.
 """
 
 from __future__ import annotations
@@ -68,18 +71,23 @@ def deferred_torch_compile(compile_at_first_call: bool = True):
         torch.compile = real
 
 
+# what megatron-core imports for logging the trainer does not use (module docstring)
+HIDDEN_DURING_IMPORT = ("wandb", "torch.utils.tensorboard")
+
+
 @contextlib.contextmanager
-def hidden_wandb():
-    """Within the block `import wandb` raises ImportError (unless wandb is already imported)."""
-    if "wandb" in sys.modules:
-        yield
-        return
-    sys.modules["wandb"] = None  # the import system's "known to be missing"
+def hidden_modules(names=HIDDEN_DURING_IMPORT):
+    """Within the block, importing any of `names` raises ImportError (except a module already
+    imported); leaving it, a later import looks for them again."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's "known to be missing"
     try:
         yield
     finally:
-        if sys.modules.get("wandb", 0) is None:
-            del sys.modules["wandb"]
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 def import_megatron_core() -> None:
@@ -90,6 +98,6 @@ def import_megatron_core() -> None:
         return
     import torch
 
-    with deferred_torch_compile(compile_at_first_call=torch.cuda.is_available()), hidden_wandb():
+    with deferred_torch_compile(compile_at_first_call=torch.cuda.is_available()), hidden_modules():
         import megatron.core  # noqa: F401
         import megatron.core.transformer.transformer_config  # noqa: F401 - the fused kernels' modules

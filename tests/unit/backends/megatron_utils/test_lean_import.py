@@ -11,31 +11,39 @@ import torch
 from slime.backends.megatron_utils.lean_import import deferred_torch_compile
 
 
-def test_megatron_imports_without_dynamo_or_wandb_and_torch_compile_is_back():
-    """In a fresh interpreter: `import wandb` fails inside `hidden_wandb` only; megatron-core is
-    imported, torch._dynamo and wandb are not, its fused kernels wait for their first call, and
-    afterwards torch.compile and wandb are as usual."""
+def test_megatron_imports_without_dynamo_wandb_or_tensorboard_and_torch_compile_is_back():
+    """In a fresh interpreter: `import wandb` and `import torch.utils.tensorboard` fail inside
+    `hidden_modules` only; megatron-core is imported, torch._dynamo, wandb and tensorboard are
+    not, its fused kernels wait for their first call, megatron's timers know no SummaryWriter, and
+    afterwards torch.compile, wandb and tensorboard are as usual."""
     code = textwrap.dedent("""
         import sys, torch
         real = torch.compile
-        from slime.backends.megatron_utils.lean_import import hidden_wandb, import_megatron_core
-        with hidden_wandb():  # `import wandb` fails inside only
-            try:
-                import wandb
-                raise AssertionError("wandb imported inside hidden_wandb")
-            except ImportError:
-                pass
-        assert "wandb" not in sys.modules  # the "missing" marker is gone: a later import looks again
+        from slime.backends.megatron_utils.lean_import import hidden_modules, import_megatron_core
+        with hidden_modules():  # the imports fail inside only
+            for hidden in ("import wandb", "from torch.utils.tensorboard import SummaryWriter"):
+                try:
+                    exec(hidden)
+                    raise AssertionError(hidden + " worked inside hidden_modules")
+                except ImportError:
+                    pass
+        # the "missing" markers are gone: a later import looks again
+        assert "wandb" not in sys.modules and "torch.utils.tensorboard" not in sys.modules
         import_megatron_core()
         assert "megatron.core" in sys.modules
         assert "torch._dynamo" not in sys.modules, "torch.compile ran during the import"
         assert "wandb" not in sys.modules, "wandb was imported"
+        assert "torch.utils.tensorboard" not in sys.modules, "tensorboard was imported"
+        from megatron.core import timers
+        assert timers.SummaryWriter is None
         assert torch.compile is real
         from megatron.core.fusions.fused_bias_geglu import geglu
         assert geglu.__wrapped__.__name__ == "geglu"  # the deferred wrapper of the original
         import importlib.util
         if importlib.util.find_spec("wandb") is not None:
             import wandb  # hidden during the import only
+        if importlib.util.find_spec("tensorboard") is not None:
+            from torch.utils.tensorboard import SummaryWriter
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
