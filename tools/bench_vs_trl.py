@@ -1,7 +1,7 @@
 """Benchmark: our main job against TRL's GRPOTrainer, per step and start-up, in one invocation.
 
-Usage: `python tools/bench_vs_trl.py [--short 10] [--long 30] [--work-dir DIR] [--trl-venv DIR]
-[--install-trl] [--output bench_vs_trl.json] [-- extra train.py flags]`.
+Usage: `python tools/bench_vs_trl.py [--short 10] [--long 30] [--repeat 1] [--work-dir DIR]
+[--trl-venv DIR] [--install-trl] [--output bench_vs_trl.json] [-- extra train.py flags]`.
 
 Both train the tiny Qwen3-MoE (tools/make_tiny_model.py, seed 0) on the parity data
 (tools/make_toy_data.py, seed 0) with 32 prompts x 8 one-token samples per step at temperature 1,
@@ -23,7 +23,10 @@ between consecutive step ends of the long command (after its first two steps), a
 less exposed to one slow start-up on a busy machine. Prints both, the ratios ours / TRL,
 the machine's load average and our short run's start-up profile (`slime.utils.startup_profile`:
 each stage's end in seconds since the command started), and writes them as JSON. Absolute times on a shared machine are noise;
-compare within one run. The work stays under the `__main__` guard.
+compare within one run. `--repeat N` runs the four commands N times in a row and also prints the
+median over the rounds of every figure and ratio (each ratio taken within its round): on a machine
+whose speed drifts, one round's start-up can move by seconds. The work stays under the `__main__`
+guard.
 """
 
 from __future__ import annotations
@@ -58,10 +61,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work-dir", default="/tmp/bench_vs_trl", help="model, data, torch_dist and run folders (reused)")
     parser.add_argument("--trl-venv", default=str(DEFAULT_VENV), help="venv holding trl (see --install-trl)")
     parser.add_argument("--install-trl", action="store_true", help="create --trl-venv if it holds no trl")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the four commands; with more than one, the medians over rounds are printed too")
     parser.add_argument("--output", default="bench_vs_trl.json", help="JSON result file")
     opts = parser.parse_args(argv)
     if not 1 <= opts.short < opts.long:
         parser.error(f"--short {opts.short} / --long {opts.long}: need 1 <= --short < --long")
+    if opts.repeat < 1:
+        parser.error(f"--repeat {opts.repeat}: need at least one round")
     opts.extra = extra
     return opts
 
@@ -227,12 +234,41 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> dict:
-    opts = parse_args(argv)
-    python = trl_python(Path(opts.trl_venv), opts.install_trl)
-    work = Path(opts.work_dir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    hf, train, dist = _load_tool("bench_loop").prepare(work)
+# (label, path into a round's summary) of each figure the median over rounds reports
+ROUND_FIGURES = (("ours step", ("ours", "step")), ("TRL step", ("trl", "step")),
+                 ("ours median interval", ("ours", "step_median")), ("TRL median interval", ("trl", "step_median")),
+                 ("ours start-up", ("ours", "startup")), ("TRL start-up", ("trl", "startup")),
+                 ("ratio per step", ("ratio_step",)), ("ratio median intervals", ("ratio_step_median",)),
+                 ("ratio start-up", ("ratio_startup",)))
+
+
+def median_of_rounds(rounds: list[dict]) -> dict:
+    """{label: median over the rounds} of every ROUND_FIGURES entry a round has."""
+    def value(summary, path):
+        for key in path:
+            summary = summary.get(key) if isinstance(summary, dict) else None
+        return summary
+
+    out = {}
+    for label, path in ROUND_FIGURES:
+        values = [v for v in (value(r, path) for r in rounds) if v is not None]
+        if values:
+            out[label] = statistics.median(values)
+    return out
+
+
+def render_rounds(rounds: list[dict], medians: dict) -> str:
+    """One line per round (its ratios and start-ups), then the medians over the rounds."""
+    lines = [f"round {i + 1}: per step {r['ratio_step']:.2f} (median intervals {r.get('ratio_step_median', float('nan')):.2f})"
+             f"  start-up ours {r['ours']['startup']:.1f} s / TRL {r['trl']['startup']:.1f} s"
+             f"  load before {r['load_before']}" for i, r in enumerate(rounds)]
+    lines.append(f"median of {len(rounds)} rounds: " + "  ".join(
+        f"{label} {v:.2f}" + ("" if label.startswith("ratio") else " s") for label, v in medians.items()))
+    return "\n".join(lines)
+
+
+def run_round(opts, python: str, work: Path, hf, train, dist) -> dict:
+    """The four commands (TRL short, ours short, TRL long, ours long) and their summary."""
     load_before = os.getloadavg()
     runs = {}
     for steps in (opts.short, opts.long):
@@ -245,7 +281,22 @@ def main(argv=None) -> dict:
     result["load_after"] = [round(x, 1) for x in os.getloadavg()]
     result["runs"] = runs
     result["extra"] = opts.extra
-    print(render(result))
+    return result
+
+
+def main(argv=None) -> dict:
+    opts = parse_args(argv)
+    python = trl_python(Path(opts.trl_venv), opts.install_trl)
+    work = Path(opts.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    hf, train, dist = _load_tool("bench_loop").prepare(work)
+    rounds = []
+    for _ in range(opts.repeat):
+        rounds.append(run_round(opts, python, work, hf, train, dist))
+        print(render(rounds[-1]), flush=True)
+    result = rounds[0] if opts.repeat == 1 else {"rounds": rounds, "median": median_of_rounds(rounds)}
+    if opts.repeat > 1:
+        print(render_rounds(rounds, result["median"]))
     Path(opts.output).write_text(json.dumps(result, indent=2) + "\n")
     return result
 

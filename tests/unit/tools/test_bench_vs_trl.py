@@ -87,3 +87,19 @@ def test_step_ends_are_the_write_times_of_the_metrics_rows(tmp_path):
     os.utime(path, ns=(0, 1_003_250_000_000))
     watch.poll(start)
     assert watch.ends == pytest.approx([1.5, 3.25, 3.25])
+
+
+def test_repeated_rounds_report_the_median_of_each_figure():
+    """`--repeat`: each ratio is taken within its round, then the median over the rounds."""
+    assert bench.parse_args(["--repeat", "3"]).repeat == 3
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeat", "0"])
+    rounds = [{"ours": {"step": s, "step_median": m, "startup": u}, "trl": {"step": 1.0, "step_median": 0.5, "startup": 6.0},
+               "ratio_step": s, "ratio_step_median": m / 0.5, "ratio_startup": u / 6.0, "load_before": [0.1] * 3}
+              for s, m, u in ((0.9, 0.4, 13.0), (1.5, 0.6, 18.0), (1.0, 0.45, 14.0))]
+    medians = bench.median_of_rounds(rounds)
+    assert medians["ours step"] == pytest.approx(1.0) and medians["ratio median intervals"] == pytest.approx(0.9)
+    assert medians["ours start-up"] == pytest.approx(14.0) and medians["ratio start-up"] == pytest.approx(14.0 / 6.0)
+    text = bench.render_rounds(rounds, medians)
+    assert "round 2: per step 1.50 (median intervals 1.20)  start-up ours 18.0 s" in text
+    assert "median of 3 rounds: ours step 1.00 s" in text and "ratio median intervals 0.90" in text
