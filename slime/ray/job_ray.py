@@ -28,8 +28,9 @@ LEFTOVER_TERM_WAIT_S = 5.0
 
 
 def start_ray(args) -> str | None:
-    """Join the cluster at `RAY_ADDRESS` (or `ray start --head` on this node); without one, start a
-    local Ray with a logical CPU per bundle so CPU jobs get one bundle per rank.
+    """Join the cluster at `RAY_ADDRESS` (e.g. a `ray start --head` on this node); without it, start a
+    job-local Ray with a logical CPU per bundle so CPU jobs get one bundle per rank, also when
+    another Ray runs on this node.
 
     Returns the job token (`$SLIME_JOB_TOKEN`, inherited by every worker of the job and the
     processes they start), or None when Ray was already initialised in this process. The job's
@@ -50,7 +51,9 @@ def start_ray(args) -> str | None:
         return token
     plan = PlacementPlan.from_args(args)
     prepare_local_ray()
-    ray.init(num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
+    # address "local": a new Ray even when `ray start` left its address in Ray's temp folder (a head
+    # on this node, another job's): ray.init without one would join it and refuse num_cpus
+    ray.init(address="local", num_cpus=max(plan.num_bundles + 2, os.cpu_count() or 1), include_dashboard=False)
     mark("ray started")
     return token
 

@@ -2,6 +2,8 @@
 configs in a thread. Handed over, the JobScope owns it; not handed over (a refusal), it is stopped
 with every process of the job."""
 
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 from slime.ray import job, job_ray
@@ -36,3 +38,38 @@ def test_a_ray_this_job_did_not_start_is_left_alone(monkeypatch):
     with job_ray.RayStart(SimpleNamespace()):
         pass
     assert calls == ["start"]
+
+
+def test_a_ray_started_on_this_node_is_not_joined_without_ray_address(tmp_path):
+    """`ray start` leaves its address in Ray's temp folder, where `ray.init()` without an address
+    looks first: the job-local Ray must start anyway (it joined, and Ray refused its num_cpus:
+    "When connecting to an existing cluster, num_cpus and num_gpus must not be provided")."""
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    from tests.e2e.runner import REPO_ROOT, subprocess_env
+
+    short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
+    (Path(short) / "ray").mkdir()
+    (Path(short) / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")  # a head that is gone
+    code = textwrap.dedent("""
+        from types import SimpleNamespace
+        import ray
+        from slime.ray import job_ray
+        job_ray.PlacementPlan.from_args = staticmethod(lambda args: SimpleNamespace(num_bundles=1))
+        token = job_ray.start_ray(SimpleNamespace())
+        try:
+            assert ray.is_initialized() and not ray.get_runtime_context().gcs_address.endswith(":9")
+        finally:
+            ray.shutdown()
+            job_ray.stop_job_processes(token)
+        print("ok")
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=120, env={**subprocess_env(), "RAY_TMPDIR": short})
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -50,7 +50,7 @@ def kill_engine_hook(args, sample, *, rollout_id=None, evaluation=False):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(num_cpus=8, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    ray.init(address="local", num_cpus=8, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     yield
     ray.shutdown()
 
