@@ -3,20 +3,25 @@
 Owns `bind_host` (loopback when the Ray cluster is one node: nothing outside it needs to reach the
 engines), `ROUTER_HOST` (the job's router: loopback on any cluster), `job_weight_dirs` (the folders `/update_weights_from_disk` may load from)
 `trainer_hosts` (the addresses a weight-update rendezvous may point at), and Ray's own exposure:
-`private_ray_token` (Ray's cluster token file readable by its owner only) and
-`prepare_local_ray` (a job-local Ray on loopback, without metrics exporter). The key itself is `slime.utils.security`'s; see
+`private_ray_token` (Ray's cluster token file readable by its owner only),
+`prepare_local_ray` (a job-local Ray on loopback, without metrics exporter) and `prepare_ray_join`
+(a loopback-only head joined on loopback). The key itself is `slime.utils.security`'s; see
 docs/security.md for the whole picture.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import socket
 import stat
 from pathlib import Path
 
 import ray
 from ray._private import ray_constants
+
+logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 # The address the job's own router binds, on any cluster: every client of it (the RolloutManager's
@@ -34,7 +39,10 @@ ROUTER_HOST = LOOPBACK
 #   default on macOS and Windows, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`): the node's address is
 #   then 127.0.0.1, which Ray's servers (GCS, raylet, every worker's core worker, the agents) bind
 #   alone, and no other node can join.
-LOCAL_RAY_ENV = {"RAY_enable_metrics_collection": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOCAL_RAY_ENV = {"RAY_enable_metrics_collection": "0", SINGLE_MACHINE_ENV: "0"}
+LOOPBACK_NAMES = (LOOPBACK, "localhost")
+PROBE_TIMEOUT_S = 1.0
 RAY_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 # Flags naming the job's own folders (weights in, checkpoints out, metrics and logs).
 WEIGHT_DIR_FLAGS = ("hf_checkpoint", "load", "save", "save_hf", "ref_load", "metrics_dir")
@@ -59,6 +67,37 @@ def prepare_local_ray() -> None:
     address), before any flag of the job was known."""
     os.environ.update(LOCAL_RAY_ENV)
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether a TCP connection to host:port is accepted."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def prepare_ray_join(address: str) -> bool:
+    """Before `ray.init(address)`: a head that listens on loopback only (Ray's single-machine mode,
+    as the launch scripts start one on one node) is joined in that mode too. Without it, a process
+    whose environment lacks the switch swaps 127.0.0.1 for the node's IP and retries the GCS there
+    for ever, with warnings and no error. Returns whether the mode was switched on: only for a
+    loopback `host:port` whose port answers on loopback and not on the node's IP (a multi-node
+    head, which listens on every interface, keeps Ray's default)."""
+    host, _, port = address.rpartition(":")
+    if not ray_constants.ENABLE_RAY_CLUSTER or host not in LOOPBACK_NAMES or not port.isdigit():
+        return False
+    from ray._private.services import get_node_ip_address
+
+    node_ip = get_node_ip_address()
+    if node_ip in LOOPBACK_NAMES or _answers(node_ip, int(port)) or not _answers(LOOPBACK, int(port)):
+        return False
+    logger.info("the Ray head at %s listens on loopback only: joining it in Ray's single-machine mode "
+                "(%s=0)", address, SINGLE_MACHINE_ENV)
+    os.environ[SINGLE_MACHINE_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return True
 
 
 def job_weight_dirs(args) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from slime.ray.access import prepare_local_ray, private_ray_token
+from slime.ray.access import prepare_local_ray, prepare_ray_join, private_ray_token
 from slime.ray.placement import PlacementPlan
 from slime.utils.security import API_KEY_ENV, ensure_job_api_key
 from slime.utils.startup_profile import mark
@@ -45,6 +45,7 @@ def start_ray(args) -> str | None:
     key = ensure_job_api_key(getattr(args, "sglang_api_key", None))
     private_ray_token(create=not os.environ.get("RAY_ADDRESS"))
     if os.environ.get("RAY_ADDRESS"):
+        prepare_ray_join(os.environ["RAY_ADDRESS"])
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
                  runtime_env={"env_vars": {JOB_TOKEN_ENV: token, API_KEY_ENV: key}})
         mark("ray started")

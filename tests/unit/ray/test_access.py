@@ -1,10 +1,13 @@
 """What the job's engines accept: the folders of its flags, its trainer's addresses (loopback on one node)."""
 
 import os
+import socket
 import stat
 import subprocess
 import sys
 from types import SimpleNamespace
+
+import pytest
 
 from slime.ray import access
 
@@ -65,3 +68,40 @@ def test_ray_token_file_is_readable_by_its_owner_only(monkeypatch, tmp_path):
     token.chmod(0o644)  # as Ray leaves it
     access.private_ray_token(create=False)
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and token.read_text() == first  # kept, made private
+
+
+@pytest.fixture
+def listener():
+    """listen(host) -> the port of a TCP server bound to `host` (closed at the end)."""
+    servers = []
+
+    def listen(host: str) -> int:
+        server = socket.create_server((host, 0))
+        servers.append(server)
+        return server.getsockname()[1]
+
+    yield listen
+    for server in servers:
+        server.close()
+
+
+def test_a_loopback_only_head_is_joined_in_single_machine_mode(monkeypatch, listener):
+    """`RAY_ADDRESS=127.0.0.1:PORT` to a head in Ray's single-machine mode (listening on loopback
+    only): without the switch, Ray 2.60 would swap 127.0.0.1 for the node's IP and retry there for
+    ever. A head listening on every interface, a remote address, or a process already in that
+    mode keep Ray's default."""
+    from ray._private import services
+
+    node_ip = services.get_node_ip_address()
+    if node_ip in access.LOOPBACK_NAMES:
+        pytest.skip("this machine has no address but loopback")
+    monkeypatch.setattr(access.ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.delenv(access.SINGLE_MACHINE_ENV, raising=False)
+    everywhere = listener("0.0.0.0")
+    assert not access.prepare_ray_join(f"127.0.0.1:{everywhere}")  # a multi-node head
+    assert not access.prepare_ray_join(f"{node_ip}:{everywhere}")
+    assert access.ray_constants.ENABLE_RAY_CLUSTER and access.SINGLE_MACHINE_ENV not in os.environ
+    loopback_only = listener(access.LOOPBACK)
+    assert access.prepare_ray_join(f"localhost:{loopback_only}")
+    assert not access.ray_constants.ENABLE_RAY_CLUSTER and os.environ[access.SINGLE_MACHINE_ENV] == "0"
+    assert not access.prepare_ray_join(f"127.0.0.1:{loopback_only}")  # already in that mode
