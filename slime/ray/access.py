@@ -66,6 +66,13 @@ def prepare_local_ray() -> None:
     was imported (`ray_constants.ENABLE_RAY_CLUSTER`, consulted by `ray.init` for the node's
     address), before any flag of the job was known."""
     os.environ.update(LOCAL_RAY_ENV)
+    _single_machine_mode()
+
+
+def _single_machine_mode() -> None:
+    """Ray's single-machine switch on, for Ray's processes started from here (the variable) and for
+    this process's Ray, which read the variable when imported (`ray_constants.ENABLE_RAY_CLUSTER`)."""
+    os.environ[SINGLE_MACHINE_ENV] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
@@ -95,8 +102,7 @@ def prepare_ray_join(address: str) -> bool:
         return False
     logger.info("the Ray head at %s listens on loopback only: joining it in Ray's single-machine mode "
                 "(%s=0)", address, SINGLE_MACHINE_ENV)
-    os.environ[SINGLE_MACHINE_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    _single_machine_mode()
     return True
 
 
