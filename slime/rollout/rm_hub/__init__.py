@@ -90,7 +90,7 @@ async def async_rm_each(args, samples: list) -> list:
         rm_type = None if custom else resolve_rm_type(args, sample)
         if rm_type is not None and rm_type not in scorers:
             scorers[rm_type] = local_score_fn(rm_type)
-        score = scorers.get(rm_type) if rm_type is not None else None
+        score = scorers.get(rm_type)  # None for a custom or remote reward
         if score is not None:
             local.append((i, score, rm_type))
         else:

@@ -3,10 +3,15 @@ configs in a thread. Handed over, the JobScope owns it; not handed over (a refus
 with every process of the job."""
 
 import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 from slime.ray import job, job_ray
+from tests.e2e.runner import REPO_ROOT, subprocess_env
 
 
 def _record(monkeypatch) -> list:
@@ -40,17 +45,10 @@ def test_a_ray_this_job_did_not_start_is_left_alone(monkeypatch):
     assert calls == ["start"]
 
 
-def test_a_ray_started_on_this_node_is_not_joined_without_ray_address(tmp_path):
+def test_a_ray_started_on_this_node_is_not_joined_without_ray_address():
     """`ray start` leaves its address in Ray's temp folder, where `ray.init()` without an address
     looks first: the job-local Ray must start anyway (it joined, and Ray refused its num_cpus:
     "When connecting to an existing cluster, num_cpus and num_gpus must not be provided")."""
-    import subprocess
-    import sys
-    import tempfile
-    import textwrap
-
-    from tests.e2e.runner import REPO_ROOT, subprocess_env
-
     short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
     (Path(short) / "ray").mkdir()
     (Path(short) / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")  # a head that is gone
