@@ -13,6 +13,7 @@ import contextlib
 import logging
 import sys
 
+from slime.models import validate_hf_checkpoint
 from slime.utils.arguments import parse_args
 from slime.utils.plan import build_plan, render_plan
 from slime.utils.startup_profile import mark, start_clock
@@ -82,7 +83,7 @@ def main(argv=None, entry="train", loop=None, early_ray=None) -> int:
     start_clock()  # the start-up profile's zero, unless the launching script set it
     mark(f"{entry}.py: imports done")
     try:
-        args = parse_args(argv, entry=entry)
+        args = parse_args(argv, entry=entry, model_check=validate_hf_checkpoint)
     except ArgumentError as e:
         return _refuse(entry, [str(e)])
     except SystemExit as e:  # argparse printed its one line (or --help its text)

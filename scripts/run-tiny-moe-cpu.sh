@@ -21,7 +21,8 @@
 # Outputs in SLIME_RUN_DIR (default runs/tiny-moe-cpu): metrics.jsonl (one row per rollout),
 # curve.png (train reward and eval accuracy), hf_final/ (the trained policy, HF format), ckpt/
 # (Megatron checkpoint, halfway and at the end).
-# MODEL_VARIANT picks the tiny model family: moe (default, Qwen3-MoE), deepseek_v3 (DeepSeek-V3:
+# MODEL_VARIANT picks the tiny model family (a make_tiny_model.py variant, `--variant` lists them):
+# moe (default, Qwen3-MoE), deepseek_v3 (DeepSeek-V3:
 # multi-latent attention, YaRN, group-limited sigmoid routing with expert bias, a shared expert; its
 # outputs default to runs/tiny-deepseek_v3-cpu) or glm4_moe (GLM-4.5 MoE; runs/tiny-glm4_moe-cpu), each
 # with its scripts/models/*-tiny.sh flags and the same tokenizer and task. Seen on busy shared cores
@@ -59,13 +60,9 @@ case "${TASK}" in
    *) echo "TASK=${TASK}: expected parity or parity_twice" >&2; exit 2 ;;
 esac
 MODEL_VARIANT=${MODEL_VARIANT:-moe}
-# per model variant: the make_tiny_model.py variant's MODEL_ARGS
-case "${MODEL_VARIANT}" in
-   moe) MODEL_SCRIPT=qwen3-tiny-moe.sh ;;
-   deepseek_v3) MODEL_SCRIPT=deepseek-v3-tiny.sh; DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-deepseek_v3-cpu} ;;
-   glm4_moe) MODEL_SCRIPT=glm4.5-tiny.sh; DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-glm4_moe-cpu} ;;
-   *) echo "MODEL_VARIANT=${MODEL_VARIANT}: expected moe, deepseek_v3 or glm4_moe" >&2; exit 2 ;;
-esac
+# the make_tiny_model.py variant's MODEL_ARGS (its family module in slime/models/ names the script)
+MODEL_SCRIPT=$(python tools/make_tiny_model.py --variant "${MODEL_VARIANT}" --model-script)
+DEFAULT_RUN_DIR=${DEFAULT_RUN_DIR/tiny-moe-cpu/tiny-${MODEL_VARIANT}-cpu}
 RUN_DIR=${SLIME_RUN_DIR:-${DEFAULT_RUN_DIR}}
 RUN_DIR="$(mkdir -p "${RUN_DIR}" && cd "${RUN_DIR}" && pwd)"
 NUM_ROLLOUT=${NUM_ROLLOUT:-${DEFAULT_NUM_ROLLOUT}}

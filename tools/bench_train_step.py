@@ -74,14 +74,14 @@ def megatron_step_times(hf_dir: str, batch: dict, iterations: int, warmup: int) 
     from slime.backends.megatron_utils.hf_io import HFCheckpoint, read_hf_config
     from slime.backends.megatron_utils.hf_loader import load_hf_weights, shard_context_for
     from slime.backends.megatron_utils.parallel import destroy_parallel, initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import validate_hf_checkpoint, weight_map_for
     from slime.utils.arguments import parse_args as slime_args
 
     n = len(batch["tokens"])
     args = slime_args(_model_flags(hf_dir) + RL_FLAGS + [
         "--hf-checkpoint", hf_dir, "--prompt-data", str(Path(hf_dir) / "config.json"),
         "--rollout-batch-size", str(n // 2), "--n-samples-per-prompt", "2", "--global-batch-size", str(n),
-        "--micro-batch-size", str(n)])
+        "--micro-batch-size", str(n)], model_check=validate_hf_checkpoint)
     initialize_megatron(args, rank=0, world_size=1)
     trainer = MegatronTrainer(args)
     trainer.reuse_train_log_probs = False  # the old-policy pass runs, as the transformers side's no-grad forward

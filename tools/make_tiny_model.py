@@ -1,14 +1,15 @@
 """Tiny checkpoints of the supported model families for tests and CPU runs, built locally with no
 download.
 
-Owns the toy-size Qwen3-MoE (`Qwen3MoeForCausalLM`, the Qwen3-30B-A3B structure), dense Qwen3
-(`Qwen3ForCausalLM`), DeepSeek-V3 (`DeepseekV3ForCausalLM`: multi-latent attention with a q
-low-rank path and YaRN rotary scaling, one dense first layer, sigmoid routing over expert groups
-with an expert bias, a shared expert; the structure of DeepSeek-V3/R1, Kimi-K2 and Moonlight) and
-GLM-4.5 MoE (`Glm4MoeForCausalLM`: QKV biases, QK norms, partial rotary, one dense first layer,
-sigmoid routing with expert bias, a shared expert) configurations, a character-level tokenizer
-with Qwen's special tokens and chat template (the same for every variant), and deterministic
-weight initialisation: the same seed gives the same bytes.
+Owns the shared tiny shape (2 layers, hidden 64, 4 heads of 16), a character-level tokenizer with
+Qwen's special tokens and chat template (the same for every variant), and deterministic weight
+initialisation: the same seed gives the same bytes. The variants are the families' own
+(`TinyVariant` in `slime/models/<family>.py`, listed by `slime.models.tiny_variant_names`): moe
+(`Qwen3MoeForCausalLM`, the Qwen3-30B-A3B structure), dense (`Qwen3ForCausalLM`), deepseek_v3
+(`DeepseekV3ForCausalLM`: multi-latent attention with a q low-rank path and YaRN rotary scaling,
+one dense first layer, sigmoid routing over expert groups with an expert bias, a shared expert; the
+structure of DeepSeek-V3/R1, Kimi-K2 and Moonlight) and glm4_moe (`Glm4MoeForCausalLM`: QKV biases,
+QK norms, partial rotary, one dense first layer, sigmoid routing with expert bias, a shared expert).
 
 The checkpoint folder holds config.json, model.safetensors (Hugging Face parameter names, one
 tensor per expert as in the released Qwen3-MoE checkpoints), tokenizer.json,
@@ -23,9 +24,11 @@ config.json gains `quantization_config` {"quant_method": "fp8", "fmt": "e4m3",
 
 Usage: python tools/make_tiny_model.py --output-dir DIR [--variant moe|dense|deepseek_v3|glm4_moe]
        [--seed 0] [--fp8] [--config KEY=JSON ...]
+       python tools/make_tiny_model.py --variant NAME --model-script   # prints its scripts/models/ file
 """
 
 import argparse
+import copy
 import json
 import logging
 from pathlib import Path
@@ -62,7 +65,8 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
 )
 
-# Model shapes per variant; values are the Hugging Face config names.
+# The shape every variant starts from; values are the Hugging Face config names. Each family's
+# variants add their own keys (`TinyVariant.config` in slime/models/<family>.py).
 _COMMON_CONFIG = {
     "vocab_size": VOCAB_SIZE,
     "hidden_size": 64,
@@ -81,80 +85,8 @@ _COMMON_CONFIG = {
     "attention_dropout": 0.0,
     "tie_word_embeddings": False,
     "use_cache": True,
-    "use_sliding_window": False,
-    "sliding_window": None,
-    "max_window_layers": 2,
     "torch_dtype": "float32",
 }
-_VARIANT_CONFIG = {
-    "moe": {
-        "architectures": ["Qwen3MoeForCausalLM"],
-        "model_type": "qwen3_moe",
-        "num_experts": 8,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-        "norm_topk_prob": True,
-        "output_router_logits": False,
-        "router_aux_loss_coef": 0.001,
-    },
-    "dense": {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-    },
-    # DeepSeek-V3 keys as released (rope_scaling, n_routed_experts, ...); head_dim is the rotary dim
-    # as transformers sets it. qk 16+8 and v 16 head dims differ, as in the real model (192 / 128).
-    "deepseek_v3": {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "model_type": "deepseek_v3",
-        "num_key_value_heads": 4,
-        "head_dim": 8,
-        "q_lora_rank": 32,
-        "kv_lora_rank": 32,
-        "qk_nope_head_dim": 16,
-        "qk_rope_head_dim": 8,
-        "v_head_dim": 16,
-        "rope_theta": 10000.0,
-        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                         "original_max_position_embeddings": 128, "beta_fast": 32, "beta_slow": 1},
-        "n_routed_experts": 8,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
-        "n_group": 4,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        "aux_loss_alpha": 0.001,
-        "ep_size": 1,
-        "num_nextn_predict_layers": 0,
-    },
-    # GLM-4.5 keys as released; partial rotary: half of each 16-dim head.
-    "glm4_moe": {
-        "architectures": ["Glm4MoeForCausalLM"],
-        "model_type": "glm4_moe",
-        "attention_bias": True,
-        "use_qk_norm": True,
-        "partial_rotary_factor": 0.5,
-        "n_routed_experts": 8,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-        "n_group": 1,
-        "topk_group": 1,
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        "num_nextn_predict_layers": 0,
-    },
-}
-# Qwen3-only keys the other families do not declare.
-_QWEN_ONLY_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers")
 
 
 def token_ids() -> dict[str, int]:
@@ -166,30 +98,30 @@ def token_ids() -> dict[str, int]:
 
 
 def model_config(variant: str, overrides: dict | None = None) -> dict:
-    """Return the config.json dict of a tiny variant (a `_VARIANT_CONFIG` key), keys sorted.
+    """Return the config.json dict of a tiny variant (`slime.models.tiny_variant_names`), keys sorted.
 
     `overrides` replaces shape keys the variant already has (e.g. {"num_key_value_heads": 4,
     "num_hidden_layers": 4} so a recipe's TP / PP sizes divide them, see tools/recipe_twin.py);
     an unknown key is an error, so a typo never writes a config the converters ignore.
     """
-    if variant not in _VARIANT_CONFIG:
-        raise ValueError(f"--variant {variant!r}: expected one of {sorted(_VARIANT_CONFIG)}")
+    from slime.models import tiny_variant
+
     ids = token_ids()
-    config = {**_COMMON_CONFIG, **_VARIANT_CONFIG[variant]}
+    config = copy.deepcopy({**_COMMON_CONFIG, **tiny_variant(variant)[1].config})
     unknown = sorted(set(overrides or {}) - set(config))
     if unknown:
         raise ValueError(f"--config {unknown}: not keys of the {variant} config ({sorted(config)})")
     config.update(overrides or {})
-    if not config["model_type"].startswith("qwen3"):
-        config = {k: v for k, v in config.items() if k not in _QWEN_ONLY_KEYS}
     config.update(bos_token_id=ids[BOS_TOKEN], eos_token_id=ids[EOS_TOKEN], pad_token_id=ids[PAD_TOKEN])
     return dict(sorted(config.items()))
 
 
 def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Return {Hugging Face parameter name: shape} for a tiny config, in a fixed order."""
+    from slime.models import model_family
+
     hidden, vocab = config["hidden_size"], config["vocab_size"]
-    attention = _ATTENTION_SHAPES[config["model_type"]]
+    attention = model_family(config).tiny_attention_shapes
     shapes = {"model.embed_tokens.weight": (vocab, hidden)}
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
@@ -199,42 +131,6 @@ def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     shapes["model.norm.weight"] = (hidden,)
     shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
-
-
-def _gqa_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
-    """Qwen3 / GLM-4.5 attention: q, k, v (+ biases with attention_bias), o, q/k norms."""
-    hidden, head_dim = config["hidden_size"], config["head_dim"]
-    q_out = config["num_attention_heads"] * head_dim
-    kv_out = config["num_key_value_heads"] * head_dim
-    shapes = {}
-    for name, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
-        shapes[prefix + name + ".weight"] = (out, hidden)
-        if config.get("attention_bias"):
-            shapes[prefix + name + ".bias"] = (out,)
-    shapes[prefix + "o_proj.weight"] = (hidden, q_out)
-    if config.get("use_qk_norm", config["model_type"].startswith("qwen3")):
-        shapes.update({prefix + "q_norm.weight": (head_dim,), prefix + "k_norm.weight": (head_dim,)})
-    return shapes
-
-
-def _mla_shapes(config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
-    """DeepSeek-V3 multi-latent attention: q low-rank path, kv latent + shared rotary key, o."""
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    qk_dim = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
-    kv_rank = config["kv_lora_rank"]
-    return {
-        prefix + "q_a_proj.weight": (config["q_lora_rank"], hidden),
-        prefix + "q_a_layernorm.weight": (config["q_lora_rank"],),
-        prefix + "q_b_proj.weight": (heads * qk_dim, config["q_lora_rank"]),
-        prefix + "kv_a_proj_with_mqa.weight": (kv_rank + config["qk_rope_head_dim"], hidden),
-        prefix + "kv_a_layernorm.weight": (kv_rank,),
-        prefix + "kv_b_proj.weight": (heads * (config["qk_nope_head_dim"] + config["v_head_dim"]), kv_rank),
-        prefix + "o_proj.weight": (hidden, heads * config["v_head_dim"]),
-    }
-
-
-_ATTENTION_SHAPES = {"qwen3": _gqa_shapes, "qwen3_moe": _gqa_shapes, "glm4_moe": _gqa_shapes,
-                     "deepseek_v3": _mla_shapes}
 
 
 def _swiglu_shapes(prefix: str, hidden: int, inter: int) -> dict[str, tuple[int, ...]]:
@@ -337,8 +233,9 @@ def make_tiny_model(output_dir, variant: str = "moe", seed: int = 0, fp8_block_s
                     overrides: dict | None = None) -> Path:
     """Write a tiny checkpoint folder to `output_dir` and return its Path.
 
-    `variant` is "moe" (Qwen3MoeForCausalLM), "dense" (Qwen3ForCausalLM), "deepseek_v3"
-    (DeepseekV3ForCausalLM) or "glm4_moe" (Glm4MoeForCausalLM); `fp8_block_size`
+    `variant` names a family's tiny variant (`slime.models.tiny_variant_names`: "moe"
+    (Qwen3MoeForCausalLM), "dense" (Qwen3ForCausalLM), "deepseek_v3" (DeepseekV3ForCausalLM),
+    "glm4_moe" (Glm4MoeForCausalLM), ...); `fp8_block_size`
     (bn, bk) makes it block-FP8 (module docstring); `overrides` changes config keys (`model_config`). The files are a pure function of the
     arguments: two calls give byte-identical folders.
     """
@@ -371,11 +268,15 @@ def _write_json(path: Path, content: dict) -> None:
 
 def _parse_args(argv=None) -> argparse.Namespace:
     """Parse the command line of this tool."""
+    from slime.models import tiny_variant_names
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output-dir", required=True, help="folder to write the checkpoint into")
-    parser.add_argument("--variant", choices=sorted(_VARIANT_CONFIG), default="moe",
-                        help="moe: Qwen3MoeForCausalLM; dense: Qwen3ForCausalLM; deepseek_v3: "
-                             "DeepseekV3ForCausalLM (MLA); glm4_moe: Glm4MoeForCausalLM")
+    parser.add_argument("--output-dir", help="folder to write the checkpoint into (required unless --model-script)")
+    parser.add_argument("--variant", choices=tiny_variant_names(), default="moe",
+                        help="a family's tiny variant (slime/models/<family>.py): moe: Qwen3MoeForCausalLM; dense: "
+                             "Qwen3ForCausalLM; deepseek_v3: DeepseekV3ForCausalLM (MLA); glm4_moe: Glm4MoeForCausalLM")
+    parser.add_argument("--model-script", action="store_true",
+                        help="print the variant's MODEL_ARGS script (a file name under scripts/models/) and exit")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weight initialisation")
     parser.add_argument("--fp8", action="store_true",
                         help="write a block-FP8 checkpoint (float8_e4m3fn + weight_scale_inv, like Qwen3-*-FP8)")
@@ -384,7 +285,10 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=JSON",
                         help="override config.json keys of the variant, values as JSON "
                              "(e.g. num_key_value_heads=4 num_hidden_layers=4)")
-    return parser.parse_args(argv)
+    cli = parser.parse_args(argv)
+    if cli.output_dir is None and not cli.model_script:
+        parser.error("--output-dir is required")
+    return cli
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -399,6 +303,11 @@ def parse_overrides(items: list[str]) -> dict:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cli = _parse_args()
+    if cli.model_script:
+        from slime.models import tiny_variant
+
+        print(tiny_variant(cli.variant)[1].script)
+        raise SystemExit(0)
     make_tiny_model(cli.output_dir, variant=cli.variant, seed=cli.seed,
                     fp8_block_size=cli.fp8_block_size if cli.fp8 else None,
                     overrides=parse_overrides(cli.config))

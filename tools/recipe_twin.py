@@ -45,14 +45,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("recipe_twin")
 
-# Tiny family of a recipe's MODEL_ARGS: the first predicate that holds names the make_tiny_model
-# variant and its scripts/models/ flags.
-FAMILIES = (
-    ("deepseek_v3", lambda a: "--multi-latent-attention" in a, "deepseek-v3-tiny.sh"),
-    ("glm4_moe", lambda a: "--add-qkv-bias" in a and "--num-experts" in a, "glm4.5-tiny.sh"),
-    ("moe", lambda a: "--num-experts" in a, "qwen3-tiny-moe.sh"),
-    ("dense", lambda a: True, "qwen3-tiny.sh"),
-)
 # Flags the CPU run cannot honour as the GPU run does: flag -> what the twin does instead. The GPU
 # values are checked by the recipe's own --dry-run (step 2 above).
 GPU_ONLY = {
@@ -200,17 +192,32 @@ def fit_layout(gpu: Layout, max_ranks: int) -> tuple[Layout, list[str]]:
     return layout, changed
 
 
+def _tiny_config(family: str) -> dict:
+    """The config.json keys the tiny variant `family` adds to the shared tiny shape."""
+    from slime.models import tiny_variant
+
+    return dict(tiny_variant(family)[1].config)
+
+
+def _expert_key(config: dict) -> str | None:
+    from slime.models.hf_args import EXPERT_KEYS
+
+    return next((key for key in EXPERT_KEYS if key in config), None)
+
+
 def tiny_shape(family: str, layout: Layout, last_stage_layers: int | None) -> dict:
     """make_tiny_model config overrides so TP divides heads, query groups and vocab, EP the experts
     and PP the layers (with `last_stage_layers` on the last stage, as the recipe says)."""
+    config = _tiny_config(family)
     heads = math.lcm(4, layout.tp)
     shape = {"num_attention_heads": heads, "vocab_size": 128 * layout.tp}
-    shape["num_key_value_heads"] = heads if family == "deepseek_v3" else max(2, layout.tp)
-    if family != "dense":
-        shape["num_experts" if family == "moe" else "n_routed_experts"] = math.lcm(8, layout.ep)
-    # As in the released models, every stage holds MoE layers: the first layer of the deepseek_v3
-    # and glm4_moe variants is dense, so their stages get two layers each (first_k_dense_replace 1).
-    per_stage = 2 if family in ("deepseek_v3", "glm4_moe") else max(1, math.ceil(2 / layout.pp))
+    # multi-latent attention has as many KV heads as heads
+    shape["num_key_value_heads"] = heads if "kv_lora_rank" in config else max(2, layout.tp)
+    if _expert_key(config):
+        shape[_expert_key(config)] = math.lcm(8, layout.ep)
+    # As in the released models, every stage holds MoE layers: a variant whose first layer is dense
+    # (first_k_dense_replace 1) gets two layers per stage.
+    per_stage = 2 if config.get("first_k_dense_replace") else max(1, math.ceil(2 / layout.pp))
     if last_stage_layers:
         shape["num_hidden_layers"] = (layout.pp - 1) * per_stage + last_stage_layers
     else:
@@ -229,9 +236,11 @@ def tiny_model_args(family: str, script: str, shape: dict) -> list[str]:
     args = set_flag(args, "--num-layers", str(layers))
     if "--num-query-groups" in args:
         args = set_flag(args, "--num-query-groups", str(shape["num_key_value_heads"]))
-    if family != "dense":
-        args = set_flag(args, "--num-experts", str(shape.get("num_experts") or shape["n_routed_experts"]))
-        freq = f"[1]*{layers}" if family == "moe" else f"[0]*1+[1]*{layers - 1}"
+    config = _tiny_config(family)
+    if _expert_key(config):
+        args = set_flag(args, "--num-experts", str(shape[_expert_key(config)]))
+        dense = int(config.get("first_k_dense_replace") or 0)
+        freq = f"[0]*{dense}+[1]*{layers - dense}" if dense else f"[1]*{layers}"
         args = set_flag(args, "--moe-layer-freq", freq)
     return args
 
@@ -245,8 +254,12 @@ def swap_model(argv: list[str], old: list[str], new: list[str]) -> list[str]:
 
 
 def family_of(model_args: list[str]) -> tuple[str, str]:
-    """(make_tiny_model variant, scripts/models/ tiny flags file) of a recipe's MODEL_ARGS."""
-    return next((variant, script) for variant, holds, script in FAMILIES if holds(model_args))
+    """(make_tiny_model variant, scripts/models/ tiny flags file) of a recipe's MODEL_ARGS: the one
+    tiny variant of `slime.models` whose `recipe_match` accepts them."""
+    from slime.models import tiny_variant, tiny_variant_for_recipe
+
+    variant = tiny_variant_for_recipe(model_args)
+    return variant, tiny_variant(variant)[1].script
 
 
 def gpu_only_knobs(argv: list[str]) -> list[str]:

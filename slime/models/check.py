@@ -1,99 +1,30 @@
 """Cross-check of MODEL_ARGS (Megatron-LM model-shape flags) against a Hugging Face config.json.
 
-Pure functions, shared by argument validation, the weight maps (`hf_shape_args`) and the checkpoint
+Owns `check_hf_config` (the shared key table of `slime.models.hf_args`, query groups, rope base,
+tied embeddings, --model-name, then every field the config's family implies: `check_family_args`)
+and `validate_hf_checkpoint`, the parse-time step that reads --hf-checkpoint's config.json: the
+entry points hand it to `slime.utils.arguments.parse_args` (``model_check``), since argument
+parsing sits below `slime.models`. Pure functions, shared by argument validation and the checkpoint
 converters.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 from typing import Any, Callable
 
-_EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
-# (flag, args dest, HF config keys tried in order). The first HF key present is compared.
-_INT_FIELDS = (
-    ("--num-layers", "num_layers", ("num_hidden_layers",)),
-    ("--hidden-size", "hidden_size", ("hidden_size",)),
-    ("--num-attention-heads", "num_attention_heads", ("num_attention_heads",)),
-    ("--ffn-hidden-size", "ffn_hidden_size", ("intermediate_size",)),
-    ("--kv-channels", "kv_channels", ("head_dim",)),
-    ("--num-experts", "num_experts", _EXPERT_KEYS),
-    ("--moe-router-topk", "moe_router_topk", ("num_experts_per_tok",)),
-    ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", ("moe_intermediate_size",)),
-)
-# Multi-latent attention (DeepSeek-V3 family): compared with --multi-latent-attention only, and
-# then --kv-channels is not (MLA has no single head dim; HF's head_dim is the rotary dim).
-_MLA_FIELDS = (
-    ("--q-lora-rank", "q_lora_rank", ("q_lora_rank",)),
-    ("--kv-lora-rank", "kv_lora_rank", ("kv_lora_rank",)),
-    ("--qk-head-dim", "qk_head_dim", ("qk_nope_head_dim",)),
-    ("--qk-pos-emb-head-dim", "qk_pos_emb_head_dim", ("qk_rope_head_dim",)),
-    ("--v-head-dim", "v_head_dim", ("v_head_dim",)),
-)
-_FLOAT_FIELDS = (
-    ("--norm-epsilon", "norm_epsilon", ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")),
-)
+from slime.models.hf_args import EXPERT_KEYS, FLOAT_FIELDS, INT_FIELDS, MLA_FIELDS, MOE_ONLY, hf_rope_theta, hf_value
+from slime.models.registry import family_args
+from slime.utils.arguments.common import ArgumentError
+from slime.utils.arguments.features import model_family_name
+from slime.utils.arguments.moe_layer_freq import parse_moe_layer_freq
 
-
-_MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size")
 # dests `check_hf_config` compares itself (the family comparison skips them)
-_COMPARED_ABOVE = frozenset(dest for _f, dest, _k in _INT_FIELDS + _MLA_FIELDS + _FLOAT_FIELDS) | {
+_COMPARED_ABOVE = frozenset(dest for _f, dest, _k in INT_FIELDS + MLA_FIELDS + FLOAT_FIELDS) | {
     "num_query_groups", "rotary_base", "untie_embeddings_and_output_weights"}
-
-
-def _hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
-    for key in keys:
-        if hf_config.get(key) is not None:
-            return key, hf_config[key]
-    return None, None
-
-
-def hf_shape_args(hf_config: dict) -> dict[str, Any]:
-    """{args dest: value} of every model-shape field in the tables above that ``hf_config`` has
-    (the first HF key present; MoE-only fields only for an MoE config; the multi-latent attention
-    dims, instead of --kv-channels, for a config with ``kv_lora_rank``). The one HF key -> Megatron
-    flag mapping: `check_hf_config` compares through the same tables, and each weight map's
-    ``megatron_args`` starts from this dict and adds what its family implies."""
-    out: dict[str, Any] = {}
-    moe = bool(hf_num_experts(hf_config)[1])
-    for _flag, dest, keys in _INT_FIELDS:
-        value = _hf_value(hf_config, keys)[1]
-        if value is not None and (moe or dest not in _MOE_ONLY) and (dest != "num_experts" or moe):
-            out[dest] = int(value)
-    if hf_config.get("kv_lora_rank") is not None:  # multi-latent attention: no single head dim
-        out.pop("kv_channels", None)
-        for _flag, dest, keys in _MLA_FIELDS:
-            value = _hf_value(hf_config, keys)[1]
-            if value is not None:
-                out[dest] = int(value)
-    for _flag, dest, keys in _FLOAT_FIELDS:
-        value = _hf_value(hf_config, keys)[1]
-        if value is not None:
-            out[dest] = float(value)
-    return out
-
-
-def hf_num_experts(hf_config: dict) -> tuple[str | None, int]:
-    """(key, routed expert count) of an HF config; (None, 0) for a dense model. The one reading of
-    the expert count, shared with the weight maps' HF -> Megatron args."""
-    key, value = _hf_value(hf_config, _EXPERT_KEYS)
-    return (key, int(value)) if value else (None, 0)
-
-
-def hf_rope_theta(hf_config: dict) -> tuple[str | None, Any]:
-    """(key, rope theta) from the top level or `rope_parameters` / `rope_scaling`; (None, None)."""
-    return _rope_theta(hf_config)
-
-
-def _rope_theta(hf_config: dict) -> tuple[str | None, Any]:
-    if hf_config.get("rope_theta") is not None:
-        return "rope_theta", hf_config["rope_theta"]
-    for key in ("rope_parameters", "rope_scaling"):
-        nested = hf_config.get(key)
-        if isinstance(nested, dict) and nested.get("rope_theta") is not None:
-            return f"{key}.rope_theta", nested["rope_theta"]
-    return None, None
 
 
 def _compare(out: list[str], flag: str, ours: Any, key: str | None, theirs: Any,
@@ -115,29 +46,29 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
     MoE FFN size, norm epsilon, rope base and tied embeddings; with --multi-latent-attention the
     MLA ranks and head dims instead of the head dim. A flag left at None or a key absent
     from the config is not compared by these tables. Then, for an architecture of
-    `hf_families.FAMILY_ARGS`, every other field that shapes the model is compared with what the
-    family implies (`hf_families.check_family_args`: routed scaling, expert groups, first-k-dense
+    `slime.models.registry`, every other field that shapes the model is compared with what the
+    family implies (`check_family_args`: routed scaling, expert groups, first-k-dense
     layers, shared experts, partial rotary, QK norm, biases, vocabulary, positions, YaRN, ...).
     Returns one message per mismatch, each naming the flag, our value and the HF value; an empty
     list means they agree.
     """
     out: list[str] = []
     mla = bool(getattr(args, "multi_latent_attention", False))
-    for flag, dest, keys in _INT_FIELDS + (_MLA_FIELDS if mla else ()):
-        if (dest in _MOE_ONLY and not _is_moe(args)) or (mla and dest == "kv_channels"):
+    for flag, dest, keys in INT_FIELDS + (MLA_FIELDS if mla else ()):
+        if (dest in MOE_ONLY and not _is_moe(args)) or (mla and dest == "kv_channels"):
             continue
-        key, theirs = _hf_value(hf_config, keys)
+        key, theirs = hf_value(hf_config, keys)
         _compare(out, flag, getattr(args, dest, None), key, theirs, lambda a, b: int(a) == int(b))
-    for flag, dest, keys in _FLOAT_FIELDS:
-        key, theirs = _hf_value(hf_config, keys)
+    for flag, dest, keys in FLOAT_FIELDS:
+        key, theirs = hf_value(hf_config, keys)
         _compare(out, flag, getattr(args, dest, None), key, theirs,
                  lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
     _check_query_groups(out, args, hf_config)
-    key, experts = _hf_value(hf_config, _EXPERT_KEYS)
+    key, experts = hf_value(hf_config, EXPERT_KEYS)
     if experts and not _is_moe(args):
         out.append(f"--num-experts is not set (dense model) but HF config {key}={experts}")
     if getattr(args, "position_embedding_type", None) == "rope":
-        key, theirs = _rope_theta(hf_config)
+        key, theirs = hf_rope_theta(hf_config)
         _compare(out, "--rotary-base", getattr(args, "rotary_base", None), key, theirs,
                  lambda a, b: math.isclose(float(a), float(b), rel_tol=1e-6))
     _check_model_name(out, args, hf_config)
@@ -146,8 +77,6 @@ def check_hf_config(args: argparse.Namespace, hf_config: dict) -> list[str]:
         if untied == bool(hf_config["tie_word_embeddings"]):
             out.append(f"--untie-embeddings-and-output-weights is {'set' if untied else 'not set'} but HF "
                        f"config tie_word_embeddings={hf_config['tie_word_embeddings']}")
-    from slime.utils.arguments.hf_families import check_family_args  # it imports this module
-
     return out + check_family_args(args, hf_config, _COMPARED_ABOVE)
 
 
@@ -167,11 +96,92 @@ def _check_query_groups(out: list[str], args: argparse.Namespace, hf_config: dic
 def _check_model_name(out: list[str], args: argparse.Namespace, hf_config: dict) -> None:
     """--model-name (slime's converter choice) must name the family of the checkpoint's architecture,
     from which this trainer picks the converter."""
-    from slime.utils.arguments.features import model_family_name
-
     name, archs = getattr(args, "model_name", None), hf_config.get("architectures") or []
     if name is None or not archs:
         return
     if model_family_name(name) != model_family_name(archs[0]):
         out.append(f"--model-name {name} names another model family than HF config architectures={archs[0]} "
                    f"({model_family_name(archs[0])}; the weight converter follows the architecture)")
+
+
+# ---- every field the family implies -------------------------------------------------------------
+
+# Training choices the family table also sets (for converters that have no recipe): not compared.
+_TRAINING_CHOICES = frozenset({"moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_bias_update_rate"})
+# Compared only when the recipe sets them (None: taken from the tokenizer / the sequence length).
+_COMPARED_WHEN_SET = frozenset({"vocab_size", "max_position_embeddings"})
+# What megatron does with a flag left unset (None).
+_UNSET_MEANS = {"moe_router_topk_scaling_factor": 1.0, "moe_router_num_groups": 1, "moe_router_group_topk": 1}
+# Flags spelled otherwise than "--" + dest.
+_FLAG_NAMES = {"add_bias_linear": "--disable-bias-linear (add_bias_linear)",
+               "untie_embeddings_and_output_weights": "--untie-embeddings-and-output-weights"}
+
+
+def _ours(args, dest: str):
+    """The recipe's value of `dest`, normalised as megatron reads it."""
+    value = getattr(args, dest)
+    if value is None and dest in _UNSET_MEANS:
+        return _UNSET_MEANS[dest]
+    if dest == "moe_layer_freq" and value is not None:
+        value = parse_moe_layer_freq(value) if isinstance(value, str) else value
+        if isinstance(value, int):  # every value-th layer is MoE
+            value = [int(i % value == 0) for i in range(int(args.num_layers))]
+    if dest == "rope_type" and value is None:  # resolved by megatron's validation
+        value = "yarn" if float(getattr(args, "rotary_scaling_factor", 1.0) or 1.0) != 1.0 else "rope"
+    return value
+
+
+def _same(ours, theirs) -> bool:
+    if isinstance(theirs, bool) or isinstance(ours, bool):
+        return bool(ours) == bool(theirs)
+    if isinstance(theirs, float) and ours is not None:
+        return math.isclose(float(ours), theirs, rel_tol=1e-6)
+    return ours == theirs
+
+
+def check_family_args(args, hf_config: dict, skip: frozenset = frozenset()) -> list[str]:
+    """One message per model-shaping arg of `args` that differs from what ``hf_config``'s family
+    implies (``ModelFamily.megatron_args``; routing, scaling, groups, first-k-dense layers, shared
+    experts, rotary fraction and type, YaRN, QK norm, biases, norms, vocabulary, positions), each
+    naming the flag and both values. Dests in `skip` (compared elsewhere), training choices and
+    args the parser does not have are left out; an architecture not in the registry, or a config
+    without a key the family reads (a partial config, not a released one), gives no message."""
+    try:
+        expected = family_args(hf_config)
+    except ValueError as exc:
+        return [f"HF config cannot be built by megatron: {exc}"]
+    except KeyError:
+        return []
+    out = []
+    for dest, theirs in (expected or {}).items():
+        if dest in skip or dest in _TRAINING_CHOICES or not hasattr(args, dest):
+            continue
+        if dest == "moe_layer_freq" and len(theirs) != getattr(args, "num_layers", None):
+            continue  # a --num-layers mismatch, reported by `check_hf_config`
+        ours = _ours(args, dest)
+        if ours is None and dest in _COMPARED_WHEN_SET:
+            continue
+        if not _same(ours, theirs):
+            flag = _FLAG_NAMES.get(dest, "--" + dest.replace("_", "-"))
+            out.append(f"{flag} {ours!r} does not match {theirs!r} implied by the HF config")
+    return out
+
+
+# ---- the parse-time step --------------------------------------------------------------------------
+
+def validate_hf_checkpoint(args: argparse.Namespace) -> list[str]:
+    """--hf-checkpoint's config.json, when present, must agree with MODEL_ARGS (`check_hf_config`);
+    raises ArgumentError listing every mismatch. Nothing to do without --hf-checkpoint or without a
+    config.json in it (the rollout domain's validation warns about those). Returns the warnings
+    (none); the entry points pass it to `parse_args` as ``model_check``."""
+    if getattr(args, "hf_checkpoint", None) is None:
+        return []
+    config_path = os.path.join(args.hf_checkpoint, "config.json")
+    if not os.path.isfile(config_path):
+        return []
+    with open(config_path, encoding="utf-8") as handle:
+        hf_config = json.load(handle)
+    mismatches = check_hf_config(args, hf_config)
+    if mismatches:
+        raise ArgumentError(f"MODEL_ARGS disagree with {config_path}: " + "; ".join(mismatches))
+    return []

@@ -1,31 +1,94 @@
-"""Megatron-LM model args implied by a Hugging Face ``config.json``, per model family.
+"""The shared HF ``config.json`` -> Megatron-LM model args table, and the helpers family modules share.
 
-Owns the registry `FAMILY_ARGS`: HF ``architectures[0]`` -> function(hf_config) -> {args dest:
-value}, the one HF -> Megatron mapping of every field that shapes the model. It starts from the
-shared key table (`hf_config.hf_shape_args`) and adds what each family implies (router, rotary,
-norms, biases, YaRN, dense first layers). Pure functions of the config dict: argument validation
-(`hf_config.check_hf_config`) compares a recipe's MODEL_ARGS with it, and the weight maps
-(`slime.backends.megatron_utils.weight_maps`) build their models and converters from it.
+Owns the one HF key -> Megatron flag mapping of the model-shape fields every family has (layers,
+hidden size, heads, FFN sizes, head dim, experts, router top-k, multi-latent attention dims, norm
+epsilon: `hf_shape_args`), the reading of the expert count and the rotary parameters, and
+`common_args`: what every family in `slime.models` has (RMSNorm, RoPE, SwiGLU, no linear biases,
+vocabulary, positions, (un)tied output). Each family module's ``megatron_args(hf_config)`` starts
+from `common_args` and adds what the family implies; `slime.models.check` compares a recipe's
+MODEL_ARGS with both. Pure functions of the config dict.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Callable
+from typing import Any
 
-from slime.utils.arguments.hf_config import hf_num_experts, hf_rope_theta, hf_shape_args
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+# (flag, args dest, HF config keys tried in order). The first HF key present is compared.
+INT_FIELDS = (
+    ("--num-layers", "num_layers", ("num_hidden_layers",)),
+    ("--hidden-size", "hidden_size", ("hidden_size",)),
+    ("--num-attention-heads", "num_attention_heads", ("num_attention_heads",)),
+    ("--ffn-hidden-size", "ffn_hidden_size", ("intermediate_size",)),
+    ("--kv-channels", "kv_channels", ("head_dim",)),
+    ("--num-experts", "num_experts", EXPERT_KEYS),
+    ("--moe-router-topk", "moe_router_topk", ("num_experts_per_tok",)),
+    ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", ("moe_intermediate_size",)),
+)
+# Multi-latent attention (DeepSeek-V3 family): compared with --multi-latent-attention only, and
+# then --kv-channels is not (MLA has no single head dim; HF's head_dim is the rotary dim).
+MLA_FIELDS = (
+    ("--q-lora-rank", "q_lora_rank", ("q_lora_rank",)),
+    ("--kv-lora-rank", "kv_lora_rank", ("kv_lora_rank",)),
+    ("--qk-head-dim", "qk_head_dim", ("qk_nope_head_dim",)),
+    ("--qk-pos-emb-head-dim", "qk_pos_emb_head_dim", ("qk_rope_head_dim",)),
+    ("--v-head-dim", "v_head_dim", ("v_head_dim",)),
+)
+FLOAT_FIELDS = (
+    ("--norm-epsilon", "norm_epsilon", ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")),
+)
+MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size")
 
 
-# ---- Qwen3 / Qwen3-MoE --------------------------------------------------------------------------
+def hf_value(hf_config: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    """(key, value) of the first of ``keys`` that ``hf_config`` sets (not None); (None, None)."""
+    for key in keys:
+        if hf_config.get(key) is not None:
+            return key, hf_config[key]
+    return None, None
 
-def qwen3_moe_layer_pattern(hf_config: dict) -> list:
-    """0/1 per layer: 1 where Qwen3-MoE puts a sparse MLP (``decoder_sparse_step``, ``mlp_only_layers``)."""
-    layers = hf_config["num_hidden_layers"]
-    if not hf_num_experts(hf_config)[1]:
-        return [0] * layers
-    step = hf_config.get("decoder_sparse_step", 1) or 1
-    dense = set(hf_config.get("mlp_only_layers") or [])
-    return [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
+
+def hf_shape_args(hf_config: dict) -> dict[str, Any]:
+    """{args dest: value} of every model-shape field in the tables above that ``hf_config`` has
+    (the first HF key present; MoE-only fields only for an MoE config; the multi-latent attention
+    dims, instead of --kv-channels, for a config with ``kv_lora_rank``). The one HF key -> Megatron
+    flag mapping: `slime.models.check.check_hf_config` compares through the same tables, and each
+    family's ``megatron_args`` starts from this dict and adds what its family implies."""
+    out: dict[str, Any] = {}
+    moe = bool(hf_num_experts(hf_config)[1])
+    for _flag, dest, keys in INT_FIELDS:
+        value = hf_value(hf_config, keys)[1]
+        if value is not None and (moe or dest not in MOE_ONLY) and (dest != "num_experts" or moe):
+            out[dest] = int(value)
+    if hf_config.get("kv_lora_rank") is not None:  # multi-latent attention: no single head dim
+        out.pop("kv_channels", None)
+        for _flag, dest, keys in MLA_FIELDS:
+            value = hf_value(hf_config, keys)[1]
+            if value is not None:
+                out[dest] = int(value)
+    for _flag, dest, keys in FLOAT_FIELDS:
+        value = hf_value(hf_config, keys)[1]
+        if value is not None:
+            out[dest] = float(value)
+    return out
+
+
+def hf_num_experts(hf_config: dict) -> tuple[str | None, int]:
+    """(key, routed expert count) of an HF config; (None, 0) for a dense model. The one reading of
+    the expert count, shared with the weight maps' HF -> Megatron args."""
+    key, value = hf_value(hf_config, EXPERT_KEYS)
+    return (key, int(value)) if value else (None, 0)
+
+
+def hf_rope_theta(hf_config: dict) -> tuple[str | None, Any]:
+    """(key, rope theta) from the top level or `rope_parameters` / `rope_scaling`; (None, None)."""
+    if hf_config.get("rope_theta") is not None:
+        return "rope_theta", hf_config["rope_theta"]
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = hf_config.get(key)
+        if isinstance(nested, dict) and nested.get("rope_theta") is not None:
+            return f"{key}.rope_theta", nested["rope_theta"]
+    return None, None
 
 
 def rope_theta(hf_config: dict) -> float:
@@ -39,54 +102,6 @@ def head_dim(hf_config: dict) -> int:
     return int(hf_config.get("head_dim") or hf_config["hidden_size"] // hf_config["num_attention_heads"])
 
 
-def _common_args(hf_config: dict, norm_eps: float) -> dict:
-    """The shared key table plus what every supported family has: RMSNorm, RoPE, SwiGLU, no linear
-    biases, vocabulary, positions and (un)tied output."""
-    out = hf_shape_args(hf_config)
-    out.setdefault("norm_epsilon", norm_eps)
-    out.update(
-        normalization="RMSNorm",
-        position_embedding_type="rope",
-        rotary_base=rope_theta(hf_config),
-        swiglu=True,
-        add_bias_linear=False,
-        untie_embeddings_and_output_weights=not hf_config.get("tie_word_embeddings", False),
-        vocab_size=hf_config["vocab_size"],
-        max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
-    )
-    return out
-
-
-def qwen3_args(hf_config: dict) -> dict:
-    """Qwen3 dense and MoE: GQA with per-head QK norms, full rotary, softmax router."""
-    out = _common_args(hf_config, 1e-6)
-    out.update(
-        group_query_attention=True,
-        num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
-        kv_channels=head_dim(hf_config),
-        rotary_percent=1.0,
-        add_qkv_bias=bool(hf_config.get("attention_bias", False)),
-        qk_layernorm=True,
-    )
-    if hf_num_experts(hf_config)[1]:
-        out.update(
-            moe_layer_freq=qwen3_moe_layer_pattern(hf_config),
-            moe_router_score_function="softmax",
-            moe_router_pre_softmax=not hf_config.get("norm_topk_prob", False),
-            moe_router_load_balancing_type="aux_loss",
-            moe_aux_loss_coeff=hf_config.get("router_aux_loss_coef", 0.0),
-        )
-    return out
-
-
-# ---- DeepSeek-V3 (DeepSeek-V3/R1, Kimi-K2, Moonlight) ------------------------------------------
-
-def dense_first_layer_pattern(hf_config: dict) -> list:
-    """0/1 per layer: dense for the first ``first_k_dense_replace`` layers, MoE after."""
-    dense = int(hf_config.get("first_k_dense_replace") or 0)
-    return [int(i >= dense) for i in range(hf_config["num_hidden_layers"])]
-
-
 def rope_scaling(hf_config: dict) -> dict:
     """The rotary parameters dict (``rope_scaling`` as released, ``rope_parameters`` as
     transformers 5 writes it); empty when absent."""
@@ -94,35 +109,6 @@ def rope_scaling(hf_config: dict) -> dict:
         if isinstance(hf_config.get(key), dict):
             return hf_config[key]
     return {}
-
-
-def sigmoid_router_args(hf_config: dict) -> dict:
-    """Megatron MoE args of a DeepSeek-style router (DeepSeek-V3, GLM-4.5): sigmoid scores with
-    expert bias (``noaux_tc``), top-k renormalised then scaled by ``routed_scaling_factor``,
-    group-limited routing, shared experts, dense first layers."""
-    topk, groups = hf_config["num_experts_per_tok"], int(hf_config.get("n_group") or 1)
-    group_topk = int(hf_config.get("topk_group") or 1)
-    if hf_config.get("scoring_func", "sigmoid") != "sigmoid":
-        raise ValueError(f"HF config scoring_func={hf_config['scoring_func']!r}: only sigmoid is supported")
-    if not hf_config.get("norm_topk_prob", True):
-        raise ValueError("HF config norm_topk_prob=false: megatron's sigmoid router always renormalises the top-k")
-    if groups > 1 and topk != 2 * group_topk:
-        raise ValueError(f"HF config n_group={groups}: megatron scores a group by its top "
-                         f"num_experts_per_tok/topk_group={topk}/{group_topk} experts, transformers by its top 2")
-    out = dict(  # the expert count, top-k and expert FFN size come from `hf_shape_args`
-        moe_layer_freq=dense_first_layer_pattern(hf_config),
-        moe_router_score_function="sigmoid",
-        moe_router_enable_expert_bias=hf_config.get("topk_method", "noaux_tc") == "noaux_tc",
-        moe_router_bias_update_rate=0.0,
-        moe_router_topk_scaling_factor=float(hf_config.get("routed_scaling_factor") or 1.0),
-        moe_router_load_balancing_type="seq_aux_loss",
-        moe_aux_loss_coeff=0.0,
-    )
-    if groups > 1:
-        out.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
-    if hf_config.get("n_shared_experts"):
-        out["moe_shared_expert_intermediate_size"] = hf_config["n_shared_experts"] * hf_config["moe_intermediate_size"]
-    return out
 
 
 def yarn_args(hf_config: dict) -> dict:
@@ -141,128 +127,19 @@ def yarn_args(hf_config: dict) -> dict:
     )
 
 
-def deepseek_v3_args(hf_config: dict) -> dict:
-    """Multi-latent attention (MLA dims from `hf_shape_args`), the sigmoid router, YaRN."""
-    out = _common_args(hf_config, 1e-6)
+def common_args(hf_config: dict, norm_eps: float) -> dict:
+    """The shared key table plus what every supported family has: RMSNorm, RoPE, SwiGLU, no linear
+    biases, vocabulary, positions and (un)tied output."""
+    out = hf_shape_args(hf_config)
+    out.setdefault("norm_epsilon", norm_eps)
     out.update(
-        multi_latent_attention=True,
-        rotary_percent=1.0,
-        # the q / kv latent norms (megatron's MLA builds them with --qk-layernorm)
-        qk_layernorm=True,
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        rotary_base=rope_theta(hf_config),
+        swiglu=True,
+        add_bias_linear=False,
+        untie_embeddings_and_output_weights=not hf_config.get("tie_word_embeddings", False),
+        vocab_size=hf_config["vocab_size"],
+        max_position_embeddings=hf_config.get("max_position_embeddings", 4096),
     )
-    if hf_config.get("attention_bias"):
-        raise ValueError("HF config attention_bias=true: megatron's MLA has no projection biases")
-    if not hf_config.get("rope_interleave", True):
-        raise ValueError("HF config rope_interleave=false: megatron's MLA rotates DeepSeek's interleaved "
-                         "rotary layout only")
-    out.update(yarn_args(hf_config))
-    out.update(sigmoid_router_args(hf_config))
-    return out  # no q_lora_rank: queries projected directly
-
-
-# ---- GLM-4.5 / GLM-4.5-Air / GLM-4.6 / GLM-4.7 -----------------------------------------------------
-
-def partial_rotary_factor(hf_config: dict) -> float:
-    """Fraction of each head that is rotated (top level or inside ``rope_parameters``; GLM-4.5: 0.5)."""
-    value = hf_config.get("partial_rotary_factor")
-    if value is None:
-        value = rope_scaling(hf_config).get("partial_rotary_factor", 1.0)
-    return float(value)
-
-
-def glm4_moe_args(hf_config: dict) -> dict:
-    """GQA with QKV biases and optional QK norms, partial rotary, the DeepSeek-style router."""
-    out = _common_args(hf_config, 1e-5)
-    out.update(
-        group_query_attention=True,
-        num_query_groups=hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"],
-        kv_channels=head_dim(hf_config),
-        rotary_percent=partial_rotary_factor(hf_config),
-        add_qkv_bias=bool(hf_config.get("attention_bias", False)),
-        qk_layernorm=bool(hf_config.get("use_qk_norm", False)),
-    )
-    out.update(sigmoid_router_args(hf_config))
-    return out
-
-
-FAMILY_ARGS: dict[str, Callable[[dict], dict]] = {
-    "Qwen3ForCausalLM": qwen3_args,
-    "Qwen3MoeForCausalLM": qwen3_args,
-    # DeepSeek-V3 / R1, Kimi-K2 and Moonlight all declare DeepseekV3ForCausalLM
-    "DeepseekV3ForCausalLM": deepseek_v3_args,
-    # GLM-4.5, GLM-4.5-Air, GLM-4.6 and GLM-4.7
-    "Glm4MoeForCausalLM": glm4_moe_args,
-}
-
-
-def family_args(hf_config: dict) -> dict | None:
-    """`FAMILY_ARGS` of ``hf_config``'s architecture; None for an architecture not listed. Raises
-    ValueError for a config the family cannot express in megatron (e.g. MLA with biases)."""
-    archs = hf_config.get("architectures") or [None]
-    rule = FAMILY_ARGS.get(archs[0])
-    return rule(hf_config) if rule else None
-
-
-# ---- validation: a recipe's MODEL_ARGS against the family's args ----------------------------------
-
-# Training choices the family table also sets (for converters that have no recipe): not compared.
-_TRAINING_CHOICES = frozenset({"moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_bias_update_rate"})
-# Compared only when the recipe sets them (None: taken from the tokenizer / the sequence length).
-_COMPARED_WHEN_SET = frozenset({"vocab_size", "max_position_embeddings"})
-# What megatron does with a flag left unset (None).
-_UNSET_MEANS = {"moe_router_topk_scaling_factor": 1.0, "moe_router_num_groups": 1, "moe_router_group_topk": 1}
-# Flags spelled otherwise than "--" + dest.
-_FLAG_NAMES = {"add_bias_linear": "--disable-bias-linear (add_bias_linear)",
-               "untie_embeddings_and_output_weights": "--untie-embeddings-and-output-weights"}
-
-
-def _ours(args, dest: str):
-    """The recipe's value of `dest`, normalised as megatron reads it."""
-    value = getattr(args, dest)
-    if value is None and dest in _UNSET_MEANS:
-        return _UNSET_MEANS[dest]
-    if dest == "moe_layer_freq" and value is not None:
-        from slime.utils.arguments.moe_layer_freq import parse_moe_layer_freq
-
-        value = parse_moe_layer_freq(value) if isinstance(value, str) else value
-        if isinstance(value, int):  # every value-th layer is MoE
-            value = [int(i % value == 0) for i in range(int(args.num_layers))]
-    if dest == "rope_type" and value is None:  # resolved by megatron's validation
-        value = "yarn" if float(getattr(args, "rotary_scaling_factor", 1.0) or 1.0) != 1.0 else "rope"
-    return value
-
-
-def _same(ours, theirs) -> bool:
-    if isinstance(theirs, bool) or isinstance(ours, bool):
-        return bool(ours) == bool(theirs)
-    if isinstance(theirs, float) and ours is not None:
-        return math.isclose(float(ours), theirs, rel_tol=1e-6)
-    return ours == theirs
-
-
-def check_family_args(args, hf_config: dict, skip: frozenset = frozenset()) -> list[str]:
-    """One message per model-shaping arg of `args` that differs from what ``hf_config``'s family
-    implies (`FAMILY_ARGS`; routing, scaling, groups, first-k-dense layers, shared experts, rotary
-    fraction and type, YaRN, QK norm, biases, norms, vocabulary, positions), each naming the flag
-    and both values. Dests in `skip` (compared elsewhere), training choices and args the parser
-    does not have are left out; an architecture not in `FAMILY_ARGS`, or a config without a key the
-    family reads (a partial config, not a released one), gives no message."""
-    try:
-        expected = family_args(hf_config)
-    except ValueError as exc:
-        return [f"HF config cannot be built by megatron: {exc}"]
-    except KeyError:
-        return []
-    out = []
-    for dest, theirs in (expected or {}).items():
-        if dest in skip or dest in _TRAINING_CHOICES or not hasattr(args, dest):
-            continue
-        if dest == "moe_layer_freq" and len(theirs) != getattr(args, "num_layers", None):
-            continue  # a --num-layers mismatch, reported by `check_hf_config`
-        ours = _ours(args, dest)
-        if ours is None and dest in _COMPARED_WHEN_SET:
-            continue
-        if not _same(ours, theirs):
-            flag = _FLAG_NAMES.get(dest, "--" + dest.replace("_", "-"))
-            out.append(f"{flag} {ours!r} does not match {theirs!r} implied by the HF config")
     return out

@@ -1,43 +1,43 @@
-"""HF <-> Megatron weight maps, looked up by the HF ``architectures[0]``.
+"""The model families of `slime.models`, looked up by the HF ``architectures[0]`` of a config.json.
 
-Owns the registry ``WEIGHT_MAPS``: architecture name -> ``ModelFamily`` (how to build
-the ``WeightMap`` for a config and the Megatron-LM model args it implies). Lookups
-are exact: an unknown architecture raises an error listing the supported ones.
+Owns `FAMILIES` (one `ModelFamily` per family module) and the lookups every user goes through:
+the family of a config (exact architecture match; an unknown architecture raises an error listing
+the supported ones), its Megatron-LM model args, its ``WeightMap``, the tensors SGLang fuses, and
+the tiny variants of ``tools/make_tiny_model.py`` and ``tools/recipe_twin.py``.
 """
 
-from dataclasses import dataclass
-from typing import Callable
+from __future__ import annotations
 
-from slime.backends.megatron_utils.weight_maps import deepseek_v3, glm4_moe, qwen3
-from slime.utils.arguments import hf_families
-from slime.backends.megatron_utils.weight_maps.base import (
-    MegatronLayout,
-    ShardContext,
-    WeightMap,
-    gather_tensor,
-    global_name,
-    local_name,
-    shard_tensor,
-)
+from types import MappingProxyType
+from typing import Mapping
+
+from slime.models import deepseek_v3, glm4_moe, qwen3
+from slime.models.family import ModelFamily, TinyVariant
+from slime.models.weight_map import WeightMap
+
+FAMILIES: tuple[ModelFamily, ...] = (qwen3.FAMILY, deepseek_v3.FAMILY, glm4_moe.FAMILY)
 
 
-@dataclass(frozen=True)
-class ModelFamily:
-    """``build_weight_map(hf_config, divisible_by, tp_size)`` and ``megatron_args(hf_config)`` (the
-    family's entry of `slime.utils.arguments.hf_families.FAMILY_ARGS`, which validation reads too)."""
+def _index(key) -> Mapping[str, ModelFamily]:
+    out: dict[str, ModelFamily] = {}
+    for family in FAMILIES:
+        for name in key(family):
+            if name in out:
+                raise ValueError(f"{name!r} is declared by two model families: {out[name].name} and {family.name}")
+            out[name] = family
+    return MappingProxyType(out)
 
-    build_weight_map: Callable[..., WeightMap]
-    megatron_args: Callable[[dict], dict]
+
+# HF architectures[0] -> family (trained: weight map and model args)
+ARCHITECTURES = _index(lambda f: f.architectures)
+# ... and the architectures the local engine may serve with a family's fused groups
+_ENGINE_ARCHITECTURES = _index(lambda f: f.architectures + f.engine_architectures)
+# tiny variant name -> family
+_TINY = _index(lambda f: tuple(f.tiny_variants))
 
 
-WEIGHT_MAPS = {
-    "Qwen3ForCausalLM": ModelFamily(qwen3.build_weight_map, hf_families.qwen3_args),
-    "Qwen3MoeForCausalLM": ModelFamily(qwen3.build_weight_map, hf_families.qwen3_args),
-    # DeepSeek-V3 / R1, Kimi-K2 and Moonlight all declare DeepseekV3ForCausalLM
-    "DeepseekV3ForCausalLM": ModelFamily(deepseek_v3.build_weight_map, hf_families.deepseek_v3_args),
-    # GLM-4.5, GLM-4.5-Air, GLM-4.6 and GLM-4.7
-    "Glm4MoeForCausalLM": ModelFamily(glm4_moe.build_weight_map, hf_families.glm4_moe_args),
-}
+def _architecture(hf_config: dict):
+    return (hf_config.get("architectures") or [None])[0]
 
 
 def model_family(hf_config: dict) -> ModelFamily:
@@ -45,11 +45,18 @@ def model_family(hf_config: dict) -> ModelFamily:
     archs = hf_config.get("architectures") or []
     if not archs:
         raise ValueError("HF config.json has no 'architectures' entry; cannot pick a weight map")
-    if archs[0] not in WEIGHT_MAPS:
+    if archs[0] not in ARCHITECTURES:
         raise ValueError(
-            f"no weight map for architecture {archs[0]!r}; supported: {sorted(WEIGHT_MAPS)}"
+            f"no weight map for architecture {archs[0]!r}; supported: {sorted(ARCHITECTURES)}"
         )
-    return WEIGHT_MAPS[archs[0]]
+    return ARCHITECTURES[archs[0]]
+
+
+def family_args(hf_config: dict) -> dict | None:
+    """The family's Megatron-LM args of ``hf_config``; None for an architecture not listed. Raises
+    ValueError for a config the family cannot express in megatron (e.g. MLA with biases)."""
+    family = ARCHITECTURES.get(_architecture(hf_config))
+    return family.megatron_args(hf_config) if family else None
 
 
 def weight_map_for(hf_config: dict, divisible_by: int = 128, tp_size: int = 1) -> WeightMap:
@@ -57,16 +64,30 @@ def weight_map_for(hf_config: dict, divisible_by: int = 128, tp_size: int = 1) -
     return model_family(hf_config).build_weight_map(hf_config, divisible_by, tp_size)
 
 
-__all__ = [
-    "WEIGHT_MAPS",
-    "MegatronLayout",
-    "ModelFamily",
-    "ShardContext",
-    "WeightMap",
-    "gather_tensor",
-    "global_name",
-    "local_name",
-    "model_family",
-    "shard_tensor",
-    "weight_map_for",
-]
+def fused_groups(hf_config: dict) -> tuple:
+    """The fused groups of `hf_config` (empty for architectures SGLang fuses nothing of)."""
+    family = _ENGINE_ARCHITECTURES.get(_architecture(hf_config))
+    return tuple(family.fused_groups(hf_config)) if family else ()
+
+
+def tiny_variant(name: str) -> tuple[ModelFamily, TinyVariant]:
+    """(family, variant) of the tiny variant ``name``; raises naming the known ones."""
+    if name not in _TINY:
+        raise ValueError(f"--variant {name!r}: expected one of {sorted(_TINY)}")
+    family = _TINY[name]
+    return family, family.tiny_variants[name]
+
+
+def tiny_variant_names() -> list[str]:
+    """Every tiny variant name, sorted."""
+    return sorted(_TINY)
+
+
+def tiny_variant_for_recipe(model_args: list) -> str:
+    """The tiny variant whose ``recipe_match`` accepts a recipe's MODEL_ARGS (a flag list); raises
+    when none or more than one does."""
+    hits = [name for name in sorted(_TINY) if _TINY[name].tiny_variants[name].recipe_match(model_args)]
+    if len(hits) != 1:
+        raise ValueError(f"the recipe's MODEL_ARGS match tiny variants {hits}; exactly one must match "
+                         "(TinyVariant.recipe_match of the families in slime.models)")
+    return hits[0]

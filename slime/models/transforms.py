@@ -4,12 +4,13 @@ Owns the full-tensor (unsharded) conversions: fused QKV with megatron's GQA
 interleave, fused gate/up (``linear_fc1``), vocabulary padding; and the
 tensor-parallel split / merge of full Megatron tensors (column, row, QKV,
 gate/up, vocab). Every function takes and returns tensors only; nothing here
-knows parameter names.
+knows parameter names. torch is imported inside the functions that use it (argument parsing
+imports `slime.models`).
 """
 
-from dataclasses import dataclass
+from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ def qkv_hf_to_megatron(q, k, v, shape: AttentionShape) -> torch.Tensor:
     Megatron's layout, per query group g: the group's q heads, then its k head, then its
     v head; result ``[G * (H/G + 2) * d, h]`` (also works for biases ``[H*d]``).
     """
+    import torch
+
     g, d = shape.num_groups, shape.head_dim
     tail = q.shape[1:]
     q = q.reshape(g, shape.heads_per_group * d, *tail)
@@ -42,6 +45,8 @@ def qkv_hf_to_megatron(q, k, v, shape: AttentionShape) -> torch.Tensor:
 
 def qkv_megatron_to_hf(qkv, shape: AttentionShape):
     """Inverse of ``qkv_hf_to_megatron``: returns ``(q, k, v)`` in HF layout."""
+    import torch
+
     g, d, per = shape.num_groups, shape.head_dim, shape.heads_per_group
     tail = qkv.shape[1:]
     grouped = qkv.reshape(g, (per + 2) * d, *tail)
@@ -55,17 +60,23 @@ def qkv_megatron_to_hf(qkv, shape: AttentionShape):
 
 def gate_up_hf_to_megatron(gate, up) -> torch.Tensor:
     """Fuse HF ``gate_proj [F, h]`` and ``up_proj [F, h]`` into ``linear_fc1 [2F, h]``."""
+    import torch
+
     return torch.cat([gate, up], dim=0).contiguous()
 
 
 def gate_up_megatron_to_hf(fc1):
     """Split ``linear_fc1 [2F, h]`` into ``(gate [F, h], up [F, h])``."""
+    import torch
+
     gate, up = torch.chunk(fc1, 2, dim=0)
     return gate.contiguous(), up.contiguous()
 
 
 def pad_vocab(weight, padded_size: int) -> torch.Tensor:
     """Pad ``[V, h]`` with zero rows to ``[padded_size, h]`` (no-op when equal)."""
+    import torch
+
     if weight.shape[0] > padded_size:
         raise ValueError(f"vocab {weight.shape[0]} is larger than padded size {padded_size}")
     if weight.shape[0] == padded_size:
@@ -80,6 +91,8 @@ def unpad_vocab(weight, vocab_size: int) -> torch.Tensor:
 
 
 def _split(full, dim: int, rank: int, size: int):
+    import torch
+
     if full.shape[dim] % size:
         raise ValueError(f"dim {dim} of shape {tuple(full.shape)} does not divide by TP {size}")
     return torch.chunk(full, size, dim=dim)[rank].contiguous()
@@ -87,14 +100,24 @@ def _split(full, dim: int, rank: int, size: int):
 
 def split_gate_up(full, rank: int, size: int) -> torch.Tensor:
     """TP shard of ``linear_fc1``: this rank's slice of gate, then its slice of up."""
+    import torch
+
     gate, up = gate_up_megatron_to_hf(full)
     return torch.cat([_split(gate, 0, rank, size), _split(up, 0, rank, size)], dim=0)
 
 
 def merge_gate_up(shards) -> torch.Tensor:
     """Inverse of ``split_gate_up`` over all TP ranks' shards (in rank order)."""
+    import torch
+
     halves = [gate_up_megatron_to_hf(s) for s in shards]
     return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+
+
+def _concat(shards, dim: int):
+    import torch
+
+    return torch.cat(shards, dim=dim)
 
 
 # TP split kind -> (split(full, rank, size), merge(list of shards)).
@@ -103,9 +126,9 @@ def merge_gate_up(shards) -> torch.Tensor:
 SPLITS = {
     "replicated": (lambda full, rank, size: full, lambda shards: shards[0]),
     "column": (lambda full, rank, size: _split(full, 0, rank, size),
-               lambda shards: torch.cat(shards, dim=0)),
+               lambda shards: _concat(shards, 0)),
     "row": (lambda full, rank, size: _split(full, 1, rank, size),
-            lambda shards: torch.cat(shards, dim=1)),
+            lambda shards: _concat(shards, 1)),
     "gate_up": (split_gate_up, merge_gate_up),
 }
 SPLITS["qkv"] = SPLITS["column"]

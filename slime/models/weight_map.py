@@ -4,16 +4,17 @@ Owns ``Rule`` (one row of a model's map: Megatron names per layout, HF names, th
 tensor transform and the TP split kind), ``WeightMap`` (resolves full Megatron
 names with global layer and expert ids against the rules of one HF config) and
 ``ShardContext`` with the functions that move between full tensors / global names
-and one rank's local shards / local names (TP, EP, ETP, PP layer offset).
+and one rank's local shards / local names (TP, EP, ETP, PP layer offset). The shared rule
+machinery of every family module of `slime.models`; free of torch at import.
 """
+
+from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import torch
-
-from slime.backends.megatron_utils.weight_maps import transforms as tf
+from slime.models import transforms as tf
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class Rule:
     convert: str = "copy"
     split: str = "replicated"
     expert: bool = False
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int, tp_size: int) -> int:
+    """Megatron-LM's padding: round ``vocab_size`` up to a multiple of ``divisible_by * tp``."""
+    multiple = divisible_by * tp_size
+    return ((vocab_size + multiple - 1) // multiple) * multiple
 
 
 @dataclass

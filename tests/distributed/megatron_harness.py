@@ -56,7 +56,7 @@ def build_trainer(hf_dir: str, world: int, extra: list[str], rank: int, port: in
     from slime.backends.megatron_utils.hf_io import HFCheckpoint, read_hf_config
     from slime.backends.megatron_utils.hf_loader import load_hf_weights, shard_context_for
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import weight_map_for
     from slime.utils.arguments import parse_args
 
     argv = model_argv(hf_dir) + TINY_RL_ARGS + [

@@ -21,7 +21,7 @@ def _logits(rank, world_size, hf_dir, layout):
     )
     from slime.backends.megatron_utils.model_provider import build_model_for_stage
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import weight_map_for
 
     hf = HFCheckpoint(hf_dir)
     args = args_from_hf_config(hf.config, **layout)
@@ -92,7 +92,7 @@ def _te_logits(rank, world_size, hf_dir):
     from slime.backends.megatron_utils.hf_loader import args_from_hf_config, load_hf_weights, shard_context_for
     from slime.backends.megatron_utils.model_provider import build_model_for_stage
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import weight_map_for
 
     torch.cuda.set_device(0)
     hf = HFCheckpoint(hf_dir)

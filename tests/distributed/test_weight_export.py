@@ -130,7 +130,7 @@ def test_bucket_by_bytes_limits_and_order():
 
 def test_bucket_by_bytes_keeps_fused_sets_together_and_refuses_a_lone_half():
     from slime.backends.megatron_utils.weight_export import bucket_by_bytes
-    from slime.utils.fused_weights import fused_groups
+    from slime.models import fused_groups
 
     groups = fused_groups({"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": 8})
     assert fused_groups({"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": None}) == ()

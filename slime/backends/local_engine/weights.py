@@ -11,7 +11,7 @@ scheduler's `model_lock` (so between decode steps), then sets the weight version
   flattened tensor bucket, or (name, tensor) pairs, pickled with torch's multiprocessing
   reductions, so CPU tensors arrive through shared memory and CUDA tensors as CUDA IPC handles);
   the engine decodes the entry of its own TP rank (0) with a restricted unpickler.
-As SGLang, the engine fuses MLA's `q_a_proj` and `kv_a_proj_with_mqa` (`slime.utils.fused_weights`)
+As SGLang, the engine fuses MLA's `q_a_proj` and `kv_a_proj_with_mqa` (`slime.models.fused`)
 only from one update; where SGLang would silently drop a half that arrives without its partner,
 this engine refuses the update, naming both tensors (`check_fused_sets`).
 An engine serving a block-FP8 checkpoint takes (weight float8, weight_scale_inv) pairs by every
@@ -36,7 +36,8 @@ import torch
 
 from slime.backends.local_engine.memory import EngineMemory
 from slime.backends.local_engine.sampling import RequestError
-from slime.utils.fused_weights import fused_groups, lone_members
+from slime.models import fused_groups
+from slime.models.fused import lone_members
 from slime.utils.engine_protocol import NEWEST_RELEASE, PROTOCOLS
 from slime.utils.tensor_payload import FLATTENED_BUCKET, decode_named_tensors, unpadded_layout, use_file_system_sharing
 from slime.utils.weight_transport import init_weight_update_group

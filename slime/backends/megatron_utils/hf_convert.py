@@ -59,7 +59,7 @@ def parse_torch_dist_to_hf_args(argv=None) -> argparse.Namespace:
 
 def check_model_args(args: argparse.Namespace, hf_config: dict, hf_dir) -> None:
     """Raise ValueError listing every MODEL_ARGS / HF config mismatch (both values named)."""
-    from slime.utils.arguments.hf_config import check_hf_config
+    from slime.models import check_hf_config
 
     problems = check_hf_config(args, hf_config)
     if problems:
@@ -78,7 +78,7 @@ def convert_hf_to_torch_dist(args: argparse.Namespace) -> Path:
     from slime.backends.megatron_utils.hf_loader import load_hf_weights, shard_context_for
     from slime.backends.megatron_utils.model_provider import build_model_for_stage
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import weight_map_for
 
     hf = HFCheckpoint(args.hf_checkpoint)
     check_model_args(args, hf.config, args.hf_checkpoint)

@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from slime.backends.megatron_utils.weight_maps import (
+from slime.models.weight_map import (
     ShardContext,
     WeightMap,
     global_name,
@@ -107,7 +107,7 @@ def args_from_hf_config(hf_config: dict, **overrides):
     """
     import argparse
 
-    from slime.backends.megatron_utils.weight_maps import model_family
+    from slime.models import model_family
 
     values = dict(_RUNTIME_DEFAULTS)
     values.update(model_family(hf_config).megatron_args(hf_config))
@@ -122,7 +122,7 @@ _NOT_FLAGS = {"moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_a
 def model_flags_from_hf_config(hf_config: dict) -> list[str]:
     """MODEL_ARGS (Megatron-LM flags) equivalent to an HF config, via the weight-map registry;
     MoE models get `--moe-aux-loss-coeff 0` as slime's recipes do."""
-    from slime.backends.megatron_utils.weight_maps import model_family
+    from slime.models import model_family
 
     shape = model_family(hf_config).megatron_args(hf_config)
     argv = []

@@ -13,14 +13,9 @@ from typing import Callable, Optional
 
 from slime.backends.megatron_utils.config import transformer_config_from_args
 from slime.backends.megatron_utils.layer_specs import block_spec_for, load_layer_spec
+from slime.models.weight_map import padded_vocab_size
 
 logger = logging.getLogger(__name__)
-
-
-def padded_vocab_size(vocab_size: int, divisible_by: int, tp_size: int) -> int:
-    """Megatron-LM's padding: round ``vocab_size`` up to a multiple of ``divisible_by * tp``."""
-    multiple = divisible_by * tp_size
-    return ((vocab_size + multiple - 1) // multiple) * multiple
 
 
 def padded_vocab_size_from_args(args: argparse.Namespace) -> int:

@@ -25,8 +25,9 @@ import torch.distributed as dist
 from slime.backends.megatron_utils import collectives
 from slime.backends.megatron_utils.hf_loader import mapped_tensors, shard_context_for
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
-from slime.backends.megatron_utils.weight_maps import gather_tensor, global_name, weight_map_for
-from slime.utils.fused_weights import fused_groups, fused_set
+from slime.models import fused_groups, weight_map_for
+from slime.models.fused import fused_set
+from slime.models.weight_map import gather_tensor, global_name
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def iter_hf_named_tensors(model, hf_config: dict, args_or_sizes, to_cpu: bool = 
 
 
 def _fused_units(named: Iterable, groups: tuple) -> Iterator[list]:
-    """``named`` as units: a fused set (see `slime.utils.fused_weights`) is one unit, emitted when
+    """``named`` as units: a fused set (see `slime.models.fused`) is one unit, emitted when
     its last member arrives; any other tensor is a unit of its own. A member whose partners never
     come is an error naming them (SGLang would silently drop it)."""
     held: dict[tuple, dict] = {}
@@ -165,7 +166,7 @@ def _fused_units(named: Iterable, groups: tuple) -> Iterator[list]:
 def bucket_by_bytes(named: Iterable, bucket_bytes: int, groups: tuple = ()) -> Iterator[list]:
     """Group ``(name, tensor)`` pairs into lists of at most ``bucket_bytes`` bytes, in order.
 
-    The tensors of one fused set (``groups``, see `slime.utils.fused_weights`: e.g. MLA's
+    The tensors of one fused set (``groups``, see `slime.models.fused`: e.g. MLA's
     ``q_a_proj`` and ``kv_a_proj_with_mqa``) always share a bucket, placed where its last member
     arrives. A tensor (or fused set) larger than ``bucket_bytes`` forms a bucket of its own; no
     bucket is empty.
@@ -190,7 +191,7 @@ def iter_hf_buckets(model, hf_config: dict, args_or_sizes, bucket_bytes: int, to
     Collective like ``iter_hf_named_tensors``: every rank iterates, every rank of a stage gets
     the same buckets; send them from ``is_weight_sender()`` ranks only. Each bucket holds at
     most ``bucket_bytes`` bytes, except a single tensor larger than that, which goes alone; the
-    tensors SGLang fuses on load (`slime.utils.fused_weights`) always share a bucket.
+    tensors SGLang fuses on load (`slime.models.fused`) always share a bucket.
     """
     named = iter_hf_named_tensors(model, hf_config, args_or_sizes, to_cpu)
     return bucket_by_bytes(named, bucket_bytes, fused_groups(hf_config))

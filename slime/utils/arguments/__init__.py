@@ -4,6 +4,9 @@ Each domain module in ``DOMAINS`` has ``add_arguments(parser)`` (one argument gr
 ``validate(args) -> list[str]`` (warnings; raises ``ArgumentError`` naming the flags). Validators
 run in ``DOMAINS`` order, which is also their dependency order: debug switches first, the cluster
 and the Megatron layout before batch arithmetic, the rollout values before eval falls back on them.
+The cross-check of MODEL_ARGS against --hf-checkpoint's config.json needs the model families,
+which sit above this package (`slime.models`): the entry points hand it to `parse_args` as
+``model_check`` (`slime.models.validate_hf_checkpoint`), run after every domain's validator.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import argparse
 import logging
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from slime.utils.arguments import (
     algorithm,
@@ -31,11 +34,13 @@ from slime.utils.arguments import (
 )
 from slime.utils.arguments import eval as eval_domain
 from slime.utils.arguments.common import ArgumentError
-from slime.utils.arguments.hf_config import check_hf_config
 from slime.utils.arguments.logger import SECRET_DESTS, is_secret_dest
 
-__all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_dest", "build_parser", "check_hf_config",
-           "parse_args", "redacted_vars", "startup_refusals", "validate_args"]
+__all__ = ["ArgumentError", "DOMAINS", "ENTRIES", "SECRET_DESTS", "is_secret_dest", "build_parser", "parse_args",
+           "redacted_vars", "startup_refusals", "validate_args"]
+
+# `model_check(args) -> list[str]`: warnings; raises ArgumentError naming the flags
+ModelCheck = Callable[[argparse.Namespace], list]
 
 # Not named `logger`: that name is the logging domain submodule of this package.
 log = logging.getLogger(__name__)
@@ -69,8 +74,9 @@ def build_parser(entry: str = "train") -> argparse.ArgumentParser:
     return parser
 
 
-def validate_args(args: argparse.Namespace) -> list[str]:
-    """Run every domain's validator once, in ``DOMAINS`` order; return all warnings.
+def validate_args(args: argparse.Namespace, model_check: ModelCheck | None = None) -> list[str]:
+    """Run every domain's validator once, in ``DOMAINS`` order, then ``model_check`` (the entry
+    points': `slime.models.validate_hf_checkpoint`); return all warnings.
 
     Validators may resolve derived values in place (e.g. --eps-clip-high, --global-batch-size).
     Raises ArgumentError naming the flags of the first violated rule.
@@ -78,14 +84,19 @@ def validate_args(args: argparse.Namespace) -> list[str]:
     warnings: list[str] = []
     for domain in DOMAINS:
         warnings.extend(domain.validate(args))
+    if model_check is not None:
+        warnings.extend(model_check(args))
     return warnings
 
 
-def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, entry: str = "train",
+               model_check: ModelCheck | None = None) -> argparse.Namespace:
     """Parse ``argv`` (None: sys.argv[1:]) for ``entry``, validate, log the warnings.
 
     ``--sglang-config YAML`` items are merged into ``argv`` first (``sglang.expand_sglang_config``);
     ``--custom-config-path YAML`` keys override the parsed values before validation.
+    ``model_check``: the cross-check of MODEL_ARGS against the model families, run last
+    (`validate_args`); train.py passes `slime.models.validate_hf_checkpoint`.
     Returns the namespace with ``args.entry`` and ``args.warnings`` (list of str) set.
     Unknown flags exit through argparse naming the flag; invalid combinations raise ArgumentError.
     """
@@ -93,7 +104,7 @@ def parse_args(argv: list[str] | None = None, entry: str = "train") -> argparse.
     parser = build_parser(entry)
     args = parser.parse_args(argv)
     custom_config.apply_custom_config(args, parser)
-    args.warnings = validate_args(args)
+    args.warnings = validate_args(args, model_check)
     for warning in args.warnings:
         log.warning("%s", warning)
     return args

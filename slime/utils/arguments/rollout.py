@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from slime.utils.arguments.common import DEFAULT_ROLLOUT_FUNCTION, ArgumentError, check_path_exists, positive_int, require
-from slime.utils.arguments.hf_config import check_hf_config
 
 RM_BASE_TYPES = ("deepscaler", "dapo", "math", "f1", "gpqa", "remote_rm", "random", "char_match")
 RM_TYPES = RM_BASE_TYPES + tuple(f"boxed_{name}" for name in RM_BASE_TYPES)
@@ -137,12 +135,8 @@ def _validate_hf_checkpoint(args: argparse.Namespace, warnings: list[str]) -> No
     config_path = os.path.join(args.hf_checkpoint, "config.json")
     if not os.path.isfile(config_path):
         warnings.append(f"--hf-checkpoint {args.hf_checkpoint} has no config.json: MODEL_ARGS not cross-checked")
-        return
-    with open(config_path, encoding="utf-8") as handle:
-        hf_config = json.load(handle)
-    mismatches = check_hf_config(args, hf_config)
-    if mismatches:
-        raise ArgumentError(f"MODEL_ARGS disagree with {config_path}: " + "; ".join(mismatches))
+    # its comparison with MODEL_ARGS needs the model families: `slime.models.validate_hf_checkpoint`,
+    # run by `parse_args` as its `model_check` (slime.utils does not import slime.models)
 
 
 def validate(args: argparse.Namespace) -> list[str]:
@@ -153,7 +147,8 @@ def validate(args: argparse.Namespace) -> list[str]:
     --rollout-group-requests with --custom-generate-function-path or --use-rollout-routing-replay warns
     that it has no effect;
     --hf-checkpoint is required (unless --dry-run or --debug-train-only) and must exist; its
-    config.json, when present, must agree with MODEL_ARGS (hf_config.check_hf_config)."""
+    config.json, when present, must agree with MODEL_ARGS (slime.models.validate_hf_checkpoint, the
+    entry points' model check, run after every domain)."""
     warnings: list[str] = []
     require(args.rollout_temperature > 0, f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
     require(0 < args.rollout_top_p <= 1, f"--rollout-top-p must be in (0, 1], got {args.rollout_top_p}")

@@ -1,10 +1,12 @@
-"""check_hf_config: MODEL_ARGS vs an HF config.json, as a pure function and inside validation."""
+"""check_hf_config: MODEL_ARGS vs an HF config.json, as a pure function and inside validation
+(`validate_hf_checkpoint`, the model check the entry points hand to `parse_args`)."""
 
 import json
 
 import pytest
 
-from slime.utils.arguments import ArgumentError, build_parser, check_hf_config, parse_args
+from slime.models import check_hf_config, validate_hf_checkpoint
+from slime.utils.arguments import ArgumentError, build_parser, parse_args
 from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_ARGS, QWEN3_30B_A3B_HF_CONFIG, QWEN3_30B_A3B_MODEL_ARGS
 
 
@@ -55,8 +57,8 @@ def test_validation_reads_config_json(tmp_path):
     hf_dir.mkdir()
     argv = [a if a != "/root/Qwen3-30B-A3B" else str(hf_dir) for a in QWEN3_30B_A3B_ARGS]
     (hf_dir / "config.json").write_text(json.dumps(QWEN3_30B_A3B_HF_CONFIG))
-    args = parse_args(argv)
+    args = parse_args(argv, model_check=validate_hf_checkpoint)
     assert not any("--hf-checkpoint" in w for w in args.warnings)
     (hf_dir / "config.json").write_text(json.dumps(dict(QWEN3_30B_A3B_HF_CONFIG, num_hidden_layers=24)))
     with pytest.raises(ArgumentError, match=r"config.json.*--num-layers 48 .*num_hidden_layers=24"):
-        parse_args(argv)
+        parse_args(argv, model_check=validate_hf_checkpoint)

@@ -5,17 +5,16 @@ import itertools
 import pytest
 import torch
 
-from slime.backends.megatron_utils.weight_maps import (
+from slime.models import model_family, weight_map_for
+from slime.models import transforms as tf
+from slime.models.weight_map import (
     MegatronLayout,
     ShardContext,
     gather_tensor,
     global_name,
     local_name,
-    model_family,
     shard_tensor,
-    weight_map_for,
 )
-from slime.backends.megatron_utils.weight_maps import transforms as tf
 from tests.conftest import load_tool
 
 LAYOUTS = [MegatronLayout(te, grouped) for te, grouped in itertools.product([False, True], repeat=2)]

@@ -98,8 +98,8 @@ def parsed_model_args(repo_root, script: str):
 def assert_matches_weight_map(args, config: dict, script: str) -> None:
     """Every model-shape arg the weight-map registry derives from ``config`` equals the script's, and
     the HF cross-check of argument validation finds nothing."""
-    from slime.backends.megatron_utils.weight_maps import model_family
-    from slime.utils.arguments.hf_config import check_hf_config
+    from slime.models import model_family
+    from slime.models import check_hf_config
 
     for key, value in model_family(config).megatron_args(config).items():
         ours = getattr(args, key)
@@ -141,9 +141,9 @@ def test_every_full_size_script_has_its_released_config(repo_root):
 
 @pytest.mark.parametrize("script", sorted(RELEASED))
 def test_script_matches_its_released_config_field_by_field(repo_root, script):
-    """Every field that shapes the model (the family's HF -> Megatron table, `hf_families`) agrees,
+    """Every field that shapes the model (the family's HF -> Megatron table, `ModelFamily.megatron_args`) agrees,
     through `check_hf_config`, the check argument validation runs on --hf-checkpoint's config."""
-    from slime.utils.arguments.hf_config import check_hf_config
+    from slime.models import check_hf_config
 
     config = released_config(repo_root, RELEASED[script])
     args = parsed_model_args(repo_root, script)
@@ -176,7 +176,7 @@ def test_family_model_args_match_release_and_size(repo_root, script, total_b, ac
 
 def test_check_hf_config_names_a_wrong_routed_scaling_factor(repo_root):
     """GLM-4.5-Air's released routed_scaling_factor is 1.0 (GLM-4.5's is 2.5): a recipe with 2.5 is refused."""
-    from slime.utils.arguments.hf_config import check_hf_config
+    from slime.models import check_hf_config
 
     args = parsed_model_args(repo_root, "glm4.5-106B-A12B.sh")
     args.moe_router_topk_scaling_factor = 2.5

@@ -19,7 +19,7 @@ def _logits_diff(rank, world_size, hf_dir):
     )
     from slime.backends.megatron_utils.model_provider import build_model_for_stage
     from slime.backends.megatron_utils.parallel import initialize_megatron
-    from slime.backends.megatron_utils.weight_maps import weight_map_for
+    from slime.models import weight_map_for
 
     hf = HFCheckpoint(hf_dir)
     args = args_from_hf_config(hf.config)

@@ -133,15 +133,18 @@ def test_offload_flags_have_no_forms(base_argv):
 @pytest.mark.parametrize("name, ok", [("qwen3", True), ("Qwen3Config", True), ("qwen3moe", False), ("glm4", False)])
 def test_model_name_must_name_the_checkpoint_family(base_argv, name, ok):
     """slime's --model-name picks the weight converter; here the architecture does, so another
-    family is refused naming both."""
+    family is refused naming both (by the entry points' model check)."""
     import json
     from pathlib import Path
 
+    from slime.models import validate_hf_checkpoint
+
     hf_dir = Path(base_argv[base_argv.index("--hf-checkpoint") + 1])
     (hf_dir / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    argv = base_argv + ["--model-name", name]
     if ok:
-        assert parse_args(base_argv + ["--model-name", name]).model_name == name
+        assert parse_args(argv, model_check=validate_hf_checkpoint).model_name == name
     else:
         with pytest.raises(ArgumentError, match=f"--model-name {name} names another model family than HF config "
                                                 "architectures=Qwen3ForCausalLM"):
-            parse_args(base_argv + ["--model-name", name])
+            parse_args(argv, model_check=validate_hf_checkpoint)

@@ -39,13 +39,13 @@ def test_rollout_uses_the_one_eval_dataset_list():
 
 def test_hf_config_readers_are_shared_and_the_flag_mapping_round_trips():
     from slime.backends.megatron_utils.hf_loader import model_flags_from_hf_config
-    from slime.backends.megatron_utils.weight_maps import qwen3
-    from slime.utils.arguments import build_parser, check_hf_config
+    from slime.models import check_hf_config, hf_args, qwen3
+    from slime.utils.arguments import build_parser
     from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_HF_CONFIG
 
     cfg = {**QWEN3_30B_A3B_HF_CONFIG, "vocab_size": 151936}
     assert qwen3.num_experts({"n_routed_experts": 8}) == 8  # the validation's key list, one definition
-    assert qwen3.rope_theta({"rope_parameters": {"rope_theta": 5e5}}) == 5e5
+    assert hf_args.rope_theta({"rope_parameters": {"rope_theta": 5e5}}) == 5e5
     args = build_parser().parse_args(model_flags_from_hf_config(cfg))
     assert check_hf_config(args, cfg) == []  # HF -> flags (weight maps) agrees with flags -> HF (validation)
 
@@ -53,17 +53,16 @@ def test_hf_config_readers_are_shared_and_the_flag_mapping_round_trips():
 def test_weight_map_args_start_from_the_one_hf_key_table():
     """The HF key -> flag table of validation (`hf_shape_args`) is where the weight map's args
     come from: every field it maps reaches `megatron_args` unchanged, for MoE and dense configs,
-    and the weight maps' `megatron_args` are validation's `hf_families` entries."""
-    from slime.backends.megatron_utils.weight_maps import WEIGHT_MAPS
-    from slime.utils.arguments.hf_config import hf_shape_args
-    from slime.utils.arguments.hf_families import FAMILY_ARGS
+    and validation's family args (`family_args`) are the registry family's `megatron_args`."""
+    from slime.models import ARCHITECTURES, family_args, model_family
+    from slime.models.hf_args import hf_shape_args
     from tests.unit.utils.arguments.recipes import QWEN3_30B_A3B_HF_CONFIG
 
     moe = {**QWEN3_30B_A3B_HF_CONFIG, "vocab_size": 151936}
     dense = {k: v for k, v in moe.items() if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
     for cfg in (moe, dense):
         table = hf_shape_args(cfg)
-        assert table and {k: FAMILY_ARGS["Qwen3MoeForCausalLM"](cfg)[k] for k in table} == table
-    assert {arch: family.megatron_args for arch, family in WEIGHT_MAPS.items()} == FAMILY_ARGS
+        assert table and {k: model_family(cfg).megatron_args(cfg)[k] for k in table} == table
+        assert family_args(cfg) == ARCHITECTURES["Qwen3MoeForCausalLM"].megatron_args(cfg)
     assert "num_experts" not in hf_shape_args(dense) and "moe_router_topk" not in hf_shape_args(dense)
     assert hf_shape_args({"n_routed_experts": 4, "num_experts_per_tok": 2}) == {"num_experts": 4, "moe_router_topk": 2}
