@@ -23,6 +23,7 @@ from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.model import build_reference_model, build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
 from slime.backends.megatron_utils.data_split import DataSplitMixin
+from slime.backends.megatron_utils.sample_gather import gather_kl_inputs, local_kl_inputs
 from slime.utils.plugins import (call_before_log_prob_hook, call_before_train_step_hook, call_custom_advantage,
                                  call_custom_loss, call_rollout_data_postprocess)
 from slime.utils.advantages import advantage_options_from_args
@@ -231,8 +232,6 @@ class MegatronTrainer(DataSplitMixin):
         log_probs_seconds = time.monotonic() - start
         opd_metrics = self._opd_metrics(rollout_data, mine) if self.args.use_opd else {}
         if self.args.advantage_estimator == "ppo" and self.args.kl_coef != 0:  # for the critic's returns
-            from slime.backends.megatron_utils.critic import local_kl_inputs
-
             self._kl_inputs = local_kl_inputs(rollout_data, mine)
         self._fill_advantages(rollout_data, mine)
         if self.args.rollout_data_postprocess_path:  # slime's call site: after log-probs and advantages
@@ -299,8 +298,6 @@ class MegatronTrainer(DataSplitMixin):
     def ppo_kl_inputs(self, num_samples: int) -> dict:
         """ppo with --kl-coef: the last trained rollout's log_probs / ref_log_probs of all
         `num_samples` samples (collective over all ranks), for the critic's returns."""
-        from slime.backends.megatron_utils.critic import gather_kl_inputs
-
         return gather_kl_inputs(getattr(self, "_kl_inputs", {}), num_samples)
 
     # ----- checkpoints ----------------------------------------------------------------------

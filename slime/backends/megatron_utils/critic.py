@@ -24,12 +24,13 @@ from functools import partial
 
 import torch
 
-from slime.backends.megatron_utils import advantage_data, collectives
+from slime.backends.megatron_utils import advantage_data
 from slime.backends.megatron_utils import train_step as ts
 from slime.backends.megatron_utils.actor import MegatronTrainer
 from slime.backends.megatron_utils.logprobs import gather_context_parallel
 from slime.backends.megatron_utils.model import build_train_state, unwrap
 from slime.backends.megatron_utils.parallel import megatron_parallel_state as _mpu
+from slime.backends.megatron_utils.sample_gather import gather_samples
 from slime.utils.arguments.critic import critic_view
 from slime.utils.losses import get_sum_of_sample_mean
 from slime.utils.ppo_utils import compute_value_loss
@@ -37,7 +38,6 @@ from slime.utils.ppo_utils import compute_value_loss
 logger = logging.getLogger(__name__)
 
 CRITIC_KEYS = ("values", "returns")
-KL_KEYS = ("log_probs", "ref_log_probs")  # what the actor shares for the reward's KL penalty
 
 
 class ValueHead(torch.nn.Module):
@@ -98,37 +98,6 @@ def value_train_loss_fn(mb: ts.MicroBatch, output: torch.Tensor, *, value_clip: 
                "returns_mean": reduce(returns)}
     report = {"metrics": {k: v.detach().float() for k, v in metrics.items()}}
     return ts.megatron_loss_output(loss, mb, report, scale=scale, per_token=per_token)
-
-
-def gather_samples(local: dict[int, torch.Tensor], n: int) -> list[torch.Tensor | None]:
-    """Per-sample tensors held by some ranks (sample index -> tensor) -> the list of all `n`,
-    on every rank (all_gather_object over the whole trainer group). Missing samples are None."""
-    parts = collectives.all_gather_object({i: t.detach().cpu() for i, t in local.items()})
-    merged: dict[int, torch.Tensor] = {}
-    for part in parts:
-        merged.update(part)
-    return [merged.get(i) for i in range(n)]
-
-
-def local_kl_inputs(rollout_data: dict, indices: list[int]) -> dict[str, dict[int, torch.Tensor]]:
-    """The actor's share of KL_KEYS for the samples `indices` (empty where it has none)."""
-    out = {}
-    for key in KL_KEYS:
-        column = rollout_data.get(key)
-        if column is not None:
-            out[key] = {i: torch.as_tensor(column[i]) for i in indices if column[i] is not None}
-    return out
-
-
-def gather_kl_inputs(local: dict[str, dict[int, torch.Tensor]], n: int) -> dict[str, list]:
-    """`local_kl_inputs` of every actor rank -> {key: all n per-sample tensors}; keys with a
-    missing sample are left out (the critic then has no KL penalty for them)."""
-    out = {}
-    for key in KL_KEYS:  # every rank takes part in every gather, whatever it holds
-        gathered = gather_samples(local.get(key, {}), n)
-        if all(t is not None for t in gathered):
-            out[key] = gathered
-    return out
 
 
 class MegatronCritic(MegatronTrainer):
