@@ -9,9 +9,10 @@ later. Eval rollouts run every dataset of `args.eval_datasets` (`--eval-config` 
 
 The engines may be real SGLang servers or our local engine: both speak the same API, reached
 through `slime.utils.engine_client.EngineClient` at `--sglang-router-ip:--sglang-router-port`.
-Per-rollout state lives in a `RolloutContext` (`slime.rollout.rollout_context`); what slime keeps per job (tokenizer, semaphore,
+Per-rollout state lives in a `RolloutContext`; what slime keeps per job (tokenizer, semaphore,
 abort flag, pending groups) is the job's `GenerateState(args)`, which the context shares and the
-rollout resets when it ends (`slime.rollout.generate_state`).
+rollout resets when it ends (both in `slime.rollout.generate_state`). One sample's and one group's
+generation and reward are `slime.rollout.group_generate`'s; this module keeps slime's signatures.
 """
 
 from __future__ import annotations
@@ -20,154 +21,48 @@ import asyncio
 import copy
 from collections import Counter
 
-from slime.rollout.generate_output import apply_generate_output, response_budget
-from slime.rollout.group_requests import generate_group, per_sample_reason
-from slime.rollout.opd_teacher import fetch_teacher_log_probs, needs_teacher
+from slime.rollout import group_generate
+from slime.rollout.group_generate import sample_seed  # noqa: F401 re-exported
 from slime.rollout.generate_state import GenerateState, sampling_params_from_args  # noqa: F401 slime's names
-from slime.rollout.rm_hub import async_rm_each, batched_async_rm
-from slime.rollout.rollout_context import RolloutContext, maybe_load
-from slime.rollout.router_requests import send_generate
+from slime.rollout.generate_state import RolloutContext, maybe_load, with_context
 from slime.rollout.router_requests import FT_MAX_ATTEMPTS, ROUTER_DEFAULT_REQUEST_TIMEOUT_S, router_client, router_url  # noqa: F401 re-exported
 from slime.utils.arguments.eval import eval_datasets
 from slime.utils.eval_config import build_eval_dataset_configs
 from slime.utils.data import build_samples, load_prompt_rows
-from slime.utils import engine_requests
 from slime.utils.async_utils import run
 from slime.utils.engine_client import EngineClient
 from slime.utils.misc import load_function
-from slime.utils.plugins import (
-    call_custom_generate,
-    call_dynamic_filter,
-    call_sample_hook,
-    current_rollout_id,
-)
+from slime.utils.plugins import call_dynamic_filter
 from slime.utils.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 
-def sample_seed(args, rollout_id, sample: Sample) -> int:
-    """Per-request sampling seed from `--rollout-seed`, the rollout id and the sample index, so a
-    resumed run draws the same responses as an uninterrupted one (engines that honour seeds)."""
-    return (args.rollout_seed * 1_000_003 + (rollout_id or 0) * 10_007 + (sample.index or 0)) % (2**31)
-
-
 async def generate(args, sample: Sample, sampling_params: dict, *, ctx: RolloutContext | None = None) -> Sample:
-    """Generate (or, for a partially generated sample, continue) one response via `/generate`.
-
-    Appends the turn with `sample.append_response_tokens` as slime does (tokens, text, log-probs,
-    a loss mask of 1s, the weight version when the engine sends one, the status from SGLang's
-    finish reason). slime-compatible: `generate(args, sample, params)`.
-    """
+    """Generate (or, for a partially generated sample, continue) one response via `/generate`
+    (`group_generate.generate`). slime-compatible: `generate(args, sample, params)` runs in a
+    short-lived context of its own."""
     if ctx is None:  # called directly (slime's signature): a short-lived context of its own
         ctx = RolloutContext.create(args)
         async with ctx:
-            return await generate(args, sample, sampling_params, ctx=ctx)
-    if not sample.tokens:
-        sample.tokens = ctx.prompt_ids(sample.prompt)
-    budget = response_budget(args, sample, sampling_params["max_new_tokens"])
-    if budget <= 0:
-        sample.status = Sample.Status.TRUNCATED
-        return sample
-    payload = engine_requests.generate(sample.tokens, {**sampling_params, "max_new_tokens": budget},
-                                       return_logprob=True,
-                                       return_routed_experts=getattr(args, "use_rollout_routing_replay", False))
-    output = await send_generate(args, await ctx.generate_client(payload), payload)
-    return apply_generate_output(args, sample, output, routed_experts=bool(payload.get("return_routed_experts")))
+            return await group_generate.generate(args, sample, sampling_params, ctx=ctx)
+    return await group_generate.generate(args, sample, sampling_params, ctx=ctx)
 
 
 async def generate_and_rm(ctx, sample: Sample, sampling_params: dict, evaluation: bool = False):
-    """Generate one sample (custom generate function if set), run sample hooks, fetch the teacher's
-    log-probs of each finished train sample (`--use-opd --opd-type sglang`, `opd_teacher.py`), and
-    reward it unless `--group-rm` rewards the whole group or the generator already set a reward.
-
-    Returns a list of Samples. Called as slime does, `generate_and_rm(args, sample, params,
-    evaluation=False)`, it runs in a short-lived context and returns a Sample (or the list a
-    custom generator fanned out to)."""
+    """Generate, hook, score one sample (`group_generate.generate_and_rm`); returns a list of
+    Samples. Called as slime does, `generate_and_rm(args, sample, params, evaluation=False)`, it
+    runs in a short-lived context and returns a Sample (or the list a custom generator fanned out to)."""
     if not isinstance(ctx, RolloutContext):
-        out = await _with_context(ctx, generate_and_rm, sample, sampling_params, evaluation)
+        out = await with_context(ctx, group_generate.generate_and_rm, sample, sampling_params, evaluation)
         return out[0] if len(out) == 1 else out
-    args = ctx.args
-    if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
-        return [sample]  # finished before an abort sent its group back (--partial-rollout)
-    async with ctx.semaphore:
-        if ctx.aborted:
-            sample.status = Sample.Status.ABORTED
-            return [sample]
-        custom = load_function(sample.generate_function_path) if sample.generate_function_path else ctx.custom_generate
-        if custom:
-            samples = await call_custom_generate(custom, args, sample, sampling_params, evaluation)
-        else:
-            samples = [await generate(args, sample, sampling_params, ctx=ctx)]
-    return await _after_generate(ctx, samples, evaluation)
-
-
-async def _after_generate(ctx: RolloutContext, samples: list[Sample], evaluation: bool,
-                          reward: bool = True) -> list[Sample]:
-    """What follows one sample's generation: sample hooks, the teacher's log-probs, the reward
-    (unless `reward` is False: the caller rewards many samples together, `_reward_unscored`)."""
-    args = ctx.args
-    for i, s in enumerate(samples):
-        for hook in ctx.sample_hooks:
-            s = await call_sample_hook(hook, args, s, rollout_id=ctx.rollout_id, evaluation=evaluation)
-        samples[i] = s
-        if needs_teacher(args, s, evaluation):  # on-policy distillation: the teacher scores the response
-            await fetch_teacher_log_probs(args, s, ctx.teacher)
-    if reward:
-        await _reward_unscored(args, samples)
-    return samples
-
-
-async def _reward_unscored(args, samples: list[Sample]) -> None:
-    """Each sample's reward (`async_rm`) where it has none and was not aborted; nothing with
-    `--group-rm` (the group is rewarded together afterwards)."""
-    if args.group_rm:
-        return
-    todo = [s for s in samples if s.reward is None and s.status != Sample.Status.ABORTED]
-    for s, reward in zip(todo, await async_rm_each(args, todo)):
-        s.reward = reward
-
-
-async def _generate_and_rm_batched(ctx: RolloutContext, group: list[Sample], params: list[dict],
-                                   evaluation: bool) -> list[list[Sample]]:
-    """`generate_and_rm` for every sample of `group`, its generation done by one batched request
-    (`group_requests.generate_group`): per sample, the same result as the per-sample path."""
-    results: list[list[Sample]] = [[s] for s in group]
-    todo = [i for i, s in enumerate(group) if s.status not in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)]
-    if not todo:  # all finished before an abort sent the group back (--partial-rollout)
-        return results
-    went = await generate_group(ctx, [group[i] for i in todo], [params[i] for i in todo])
-    generated = [i for i, ok in zip(todo, went) if ok]
-    after = await asyncio.gather(*(_after_generate(ctx, [group[i]], evaluation, reward=False) for i in generated))
-    await _reward_unscored(ctx.args, [s for samples in after for s in samples])  # one thread hop per group
-    for i, samples in zip(generated, after):
-        results[i] = samples
-    return results
+    return await group_generate.generate_and_rm(ctx, sample, sampling_params, evaluation)
 
 
 async def generate_and_rm_group(ctx, group: list[Sample], sampling_params: dict, evaluation: bool = False) -> list[Sample]:
-    """Generate every sample of one prompt group concurrently; `--group-rm` rewards them together.
-    With `--rollout-group-requests` the group's generation is one batched request to an engine
-    unless `group_requests.per_sample_reason` says why it cannot be. `ctx` may be `args` (slime's
-    signature): a short-lived context is made for the call."""
+    """Generate every sample of one prompt group and reward it (`group_generate.generate_and_rm_group`).
+    `ctx` may be `args` (slime's signature): a short-lived context is made for the call."""
     if not isinstance(ctx, RolloutContext):
-        return await _with_context(ctx, generate_and_rm_group, group, sampling_params, evaluation)
-    params = [{**sampling_params, "sampling_seed": sample_seed(ctx.args, ctx.rollout_id, s)} for s in group]
-    if per_sample_reason(ctx, group) is None:
-        results = await _generate_and_rm_batched(ctx, group, params, evaluation)
-    else:
-        results = await asyncio.gather(*(generate_and_rm(ctx, s, p, evaluation) for s, p in zip(group, params)))
-    samples = [s for r in results for s in r]
-    if ctx.args.group_rm and not any(s.status == Sample.Status.ABORTED for s in samples):
-        rewards = await batched_async_rm(ctx.args, samples)
-        for s, r in zip(samples, rewards):
-            s.reward = r
-    return samples
-
-
-async def _with_context(args, fn, *call_args):
-    """`fn(ctx, *call_args)` in a context of its own (slime-style calls that pass `args`)."""
-    ctx = RolloutContext.create(args, current_rollout_id())
-    async with ctx:
-        return await fn(ctx, *call_args)
+        return await with_context(ctx, group_generate.generate_and_rm_group, group, sampling_params, evaluation)
+    return await group_generate.generate_and_rm_group(ctx, group, sampling_params, evaluation)
 
 
 async def _abort_engines(ctx: RolloutContext) -> None:

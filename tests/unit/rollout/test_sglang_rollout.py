@@ -248,7 +248,7 @@ def test_response_budget_fits_prompt_and_response_into_the_context():
     a partial response counts against both limits; a full context leaves nothing."""
     from types import SimpleNamespace
 
-    budget = sglang_rollout.response_budget
+    from slime.rollout.generate_output import response_budget as budget
     sample = Sample(tokens=[1] * 10, response_length=0)
     assert budget(SimpleNamespace(rollout_max_context_len=None), sample, 8) == 8
     assert budget(SimpleNamespace(rollout_max_context_len=14), sample, 8) == 4
