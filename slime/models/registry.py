@@ -1,26 +1,51 @@
 """The model families of `slime.models`, looked up by the HF ``architectures[0]`` of a config.json.
 
-Owns `FAMILIES` (one `ModelFamily` per family module) and the lookups every user goes through:
-the family of a config (exact architecture match; an unknown architecture raises an error listing
-the supported ones), its Megatron-LM model args, its ``WeightMap``, the tensors SGLang fuses, and
-the tiny variants of ``tools/make_tiny_model.py`` and ``tools/recipe_twin.py``.
+Owns `FAMILIES`: the ``FAMILY`` of every module of this package that declares one (a family module;
+the shared ones declare none), found once at import in module-name order, so adding a family is
+adding its module. And the lookups every user goes through: the family of a config (exact
+architecture match; an unknown architecture raises an error listing the supported ones), its
+Megatron-LM model args, its ``WeightMap``, the tensors SGLang fuses, and the tiny variants of
+``tools/make_tiny_model.py`` and ``tools/recipe_twin.py``.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from slime.models import deepseek_v3, glm4_moe, qwen3
 from slime.models.family import ModelFamily, TinyVariant
 from slime.models.weight_map import WeightMap
 
-FAMILIES: tuple[ModelFamily, ...] = (qwen3.FAMILY, deepseek_v3.FAMILY, glm4_moe.FAMILY)
+
+# Modules that import this one (family modules import only the shared modules, never the registry
+# or the package): not imported by the discovery.
+_USERS = frozenset({"registry", "check"})
 
 
-def _index(key) -> Mapping[str, ModelFamily]:
+def _discover() -> tuple[ModelFamily, ...]:
+    """``FAMILY`` of each module beside this one, in module-name order."""
+    families = []
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        if info.name in _USERS:
+            continue
+        family = getattr(importlib.import_module(f"{__package__}.{info.name}"), "FAMILY", None)
+        if family is not None:
+            if not isinstance(family, ModelFamily):
+                raise TypeError(f"slime.models.{info.name}.FAMILY is a {type(family).__name__}, not a ModelFamily")
+            families.append(family)
+    return tuple(families)
+
+
+FAMILIES: tuple[ModelFamily, ...] = _discover()
+
+
+def index(families, key) -> Mapping[str, ModelFamily]:
+    """{name: family} over ``key(family)`` (names) of every family; a name two families declare raises."""
     out: dict[str, ModelFamily] = {}
-    for family in FAMILIES:
+    for family in families:
         for name in key(family):
             if name in out:
                 raise ValueError(f"{name!r} is declared by two model families: {out[name].name} and {family.name}")
@@ -29,11 +54,11 @@ def _index(key) -> Mapping[str, ModelFamily]:
 
 
 # HF architectures[0] -> family (trained: weight map and model args)
-ARCHITECTURES = _index(lambda f: f.architectures)
+ARCHITECTURES = index(FAMILIES, lambda f: f.architectures)
 # ... and the architectures the local engine may serve with a family's fused groups
-_ENGINE_ARCHITECTURES = _index(lambda f: f.architectures + f.engine_architectures)
+_ENGINE_ARCHITECTURES = index(FAMILIES, lambda f: f.architectures + f.engine_architectures)
 # tiny variant name -> family
-_TINY = _index(lambda f: tuple(f.tiny_variants))
+_TINY = index(FAMILIES, lambda f: tuple(f.tiny_variants))
 
 
 def _architecture(hf_config: dict):

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from slime.models import model_family, weight_map_for
+from slime.models import model_family, tiny_variant_names, weight_map_for
 from slime.models import transforms as tf
 from slime.models.weight_map import (
     MegatronLayout,
@@ -36,7 +36,7 @@ def _random_hf(config):
     return {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
 
 
-VARIANTS = ["moe", "dense", "deepseek_v3", "glm4_moe"]
+VARIANTS = tiny_variant_names()  # every family's tiny variants (slime.models registry)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

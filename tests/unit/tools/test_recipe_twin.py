@@ -37,6 +37,17 @@ def test_recipe_hands_over_its_flags(recipes, tool, name):
     assert "twin_capture" in tool.flag_value(recipe.argv, "--hf-checkpoint")
 
 
+# the tiny variant each recipe's MODEL_ARGS run on (TinyVariant.recipe_match of slime.models)
+TINY_OF = {"qwen3-30B-A3B": "moe", "qwen3-4B": "dense", "qwen3-0.6B": "dense", "deepseek-v3": "deepseek_v3",
+           "kimi-k2": "deepseek_v3", "moonlight-16B-A3B": "deepseek_v3", "glm4.5-355B-A32B": "glm4_moe",
+           "glm4.5-106B-A12B": "glm4_moe"}
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_runs_on_its_familys_tiny_variant(recipes, tool, name):
+    assert tool.family_of(recipes[name].model_args)[0] == TINY_OF[name]
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_twin_changes_only_model_paths_device_and_run_sizes(recipes, tool, name, tmp_path):
     recipe = recipes[name]
