@@ -49,7 +49,6 @@ REFUSED = {
 PARSE_TIME_ONLY = {
     "sglang_config": "its YAML items are merged into argv as --sglang-* flags before parsing",
     "custom_config_path": "its YAML keys are set on args after parsing, before validation",
-    "model_name": "checked against the HF config's architectures at parse time (the converter comes from them)",
     "add_position_embedding": "Megatron-LM's legacy switch: accepted only where it changes nothing, else refused",
     "post_self_attn_layernorm": "read by the user's --spec function (which gets args), not by slime",
     "post_mlp_layernorm": "read by the user's --spec function (which gets args), not by slime",
